@@ -64,10 +64,13 @@ def cmd_run(args) -> int:
 
 
 def cmd_compile(args) -> int:
-    from posttrain.orchestrate.kfp_pipeline import compile_pipeline
+    from posttrain.orchestrate.kfp_pipeline import compile_components, compile_pipeline
 
     path = compile_pipeline(_load(args), args.output)
     print(f"wrote {path}")
+    if args.components:
+        for p in compile_components(args.components):
+            print(f"wrote {p}")
     return 0
 
 
@@ -134,6 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("compile", help="compile the KFP pipeline to IR YAML for a cluster")
     _add_recipe_args(p)
     p.add_argument("-o", "--output", default="pipelines/kfp/posttrain.yaml")
+    p.add_argument("--components", default=None, metavar="DIR", help="also write each component spec to DIR/<step>/component.yaml")
     p.set_defaults(func=cmd_compile)
 
     p = sub.add_parser("stage", help="run one stage (what a KFP component or Airflow task calls)")

@@ -187,7 +187,7 @@ class Recipe(_Strict):
     def _cross_checks(self) -> "Recipe":
         problems = _cross_field_problems(self)
         if problems:
-            raise ValueError("; ".join(f"{p.field}={p.value!r}: {p.message}" for p in problems))
+            raise _CrossFieldError(problems)
         return self
 
     @property
@@ -218,6 +218,14 @@ class RecipeProblem:
 
     def __str__(self) -> str:
         return f"{self.field}={self.value!r}: {self.message}"
+
+
+class _CrossFieldError(ValueError):
+    """Raised inside validation; carries the structured problems through pydantic's ValidationError."""
+
+    def __init__(self, problems: list[RecipeProblem]):
+        self.problems = problems
+        super().__init__("; ".join(str(p) for p in problems))
 
 
 class RecipeError(ValueError):
@@ -315,12 +323,8 @@ def problems_from_validation_error(err: ValidationError, raw: dict) -> list[Reci
             out.append(RecipeProblem(field, e.get("input"), "unknown key; remove it or check its spelling (see `posttrain validate --schema`)"))
         elif e["type"] == "missing":
             out.append(RecipeProblem(field, None, "required field is missing; add it"))
-        elif e["type"] == "value_error" and not loc:
-            msg = str(e.get("msg", "")).removeprefix("Value error, ")
-            for part in msg.split("; "):
-                f, _, rest = part.partition("=")
-                value_repr, _, fix = rest.partition(": ")
-                out.append(RecipeProblem(f, _parse_scalar(value_repr), fix or part))
+        elif isinstance((e.get("ctx") or {}).get("error"), _CrossFieldError):
+            out.extend(e["ctx"]["error"].problems)
         else:
             out.append(RecipeProblem(field, _lookup(raw, loc), f"{e['msg']}; fix the value"))
     return out

@@ -1,0 +1,1 @@
+"""Orchestrators are adapters over the same stage functions: KFP (local runner and compiled YAML), Airflow, k8s jobs."""
