@@ -112,6 +112,8 @@ class RLRewardsSpec(_Strict):
     correctness: float = Field(1.0, ge=0.0, description="Weight of the verifiable GSM8K correctness reward (1 if the final answer equals the gold one).")
     format: float = Field(0.2, ge=0.0, description="Weight of the format reward (answer ends in '#### <number>').")
     reward_model: float = Field(0.0, ge=0.0, description="Weight of the trained reward model's score (0 = unused).")
+    keyword: Optional[str] = Field(None, description="Optional extra reward: 1 when the completion text contains this string (e.g. '!'); None = off. For tiny-model smoke tasks.")
+    keyword_weight: float = Field(1.0, ge=0.0, description="Weight of the keyword reward (used only when keyword is set).")
 
 
 class RLSpec(_Strict):
@@ -140,6 +142,10 @@ class RLSpec(_Strict):
     num_learners: int = Field(1, ge=1, le=1024, description="Learner ranks (training).")
     collective_timeout_s: float = Field(600.0, gt=0.0, description="Seconds a collective may wait before the job fails.")
     rewards: RLRewardsSpec = Field(default_factory=RLRewardsSpec, description="Reward weights.")
+    backend: Literal["auto", "hf", "vllm"] = Field("auto", description="Actor generation backend: 'auto' = vLLM when importable and a GPU is present, else transformers ('hf').")
+    weight_bucket_mib: float = Field(64.0, gt=0.0, le=65_536.0, description="Size (MiB) of the packed parameter buckets broadcast learner -> actors.")
+    max_grad_norm: float = Field(1.0, gt=0.0, description="Learner gradient clipping norm.")
+    threads_per_rank: int = Field(1, ge=1, le=1024, description="torch CPU threads per rank (OMP_NUM_THREADS).")
 
 
 class EvalSpec(_Strict):
