@@ -21,8 +21,8 @@ def token_lengths(tokenizer, texts: list[str], batch: int = 1024) -> list[int]:
 
 
 def fit_completion(tokenizer, prompt: str, completion: str, max_len: int) -> str | None:
-    """The longest prefix of ``completion`` (in characters) with ``len(tok(prompt + prefix)) <= max_len``,
-    or None when not even one completion character fits. Binary search: O(log len(completion)) tokenisations.
+    """The longest prefix of ``completion`` (in characters, trailing whitespace stripped) with
+    ``len(tok(prompt + prefix)) <= max_len``, or None when no non-blank prefix fits. Binary search: O(log len(completion)) tokenisations.
     """
     def n(text: str) -> int:
         return len(tokenizer(text)["input_ids"])
@@ -38,5 +38,5 @@ def fit_completion(tokenizer, prompt: str, completion: str, max_len: int) -> str
             lo = mid
         else:
             hi = mid
-    cut = completion[:lo]
+    cut = completion[:lo].rstrip()
     return cut if cut.strip() else None
