@@ -78,6 +78,7 @@ def run_actor(ctx) -> None:
                 version = got[0]
                 receiver.apply(targets, got[1])
                 engine.weights_loaded()
+                setup["probe"] = None
             if inbox.stopped or bp.may_generate(version):
                 break
             got = inbox.take(block=True)
@@ -107,7 +108,7 @@ def _build_actor(ctx) -> dict:
     model = wrap_lora(load_causal_lm(ctx.model_path, r.model.dtype), r.model.lora).to(ctx.device)
     engine = make_engine(r.rl.backend, model, tok, stop_token_ids(tok, model), ctx.device, ctx.model_path)
     rows, _ = load_prompt_rows(r, tok)
-    return {"engine": engine, "tokenizer": tok, "scorer": scorer,
+    return {"engine": engine, "tokenizer": tok, "scorer": scorer, "model": model, "probe": None,
             "prompts": PromptCycler(rows, r.seed * 7919 + ctx.actor_index)}
 
 
@@ -118,7 +119,11 @@ def _rollout(ctx, setup, version: int, index: int):
     from posttrain.rl.engines.hf import left_pad
     from posttrain.rl.messages import RolloutBatch
 
+    from posttrain.rl.logprobs import probe_logprob
+
     rl, tok = ctx.recipe.rl, setup["tokenizer"]
+    if setup["probe"] is None and hasattr(setup["model"], "parameters"):
+        setup["probe"] = probe_logprob(setup["model"], tok)  # once per weights version
     t0 = time.perf_counter()
     rows = setup["prompts"].take(ctx.groups_per_actor_batch())
     prompt_ids = [r["ids"] for r in rows for _ in range(rl.num_generations)]
@@ -143,5 +148,5 @@ def _rollout(ctx, setup, version: int, index: int):
         rewards=torch.tensor(totals, dtype=torch.float32),
         group_ids=torch.arange(len(rows)).repeat_interleave(rl.num_generations),
         reward_parts={k: torch.tensor(v) for k, v in parts.items()},
-        gen_seconds=time.perf_counter() - t0, completions_text=texts[:2],
+        gen_seconds=time.perf_counter() - t0, completions_text=texts[:2], probe_logp=setup["probe"] or 0.0,
     )

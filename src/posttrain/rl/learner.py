@@ -93,18 +93,18 @@ class Learner:
             adv = adv[:, :logp.shape[1]]
         pl, st = policy_loss(logp, mb.behaviour_logp, adv, mb.completion_mask, correction=c.correction,
                              eps_low=c.eps_low, eps_high=c.eps_high, tis_cap=c.tis_cap, **agg)
-        loss, stats = pl, {"policy_loss": float(pl), "clip_fraction": st.clip_fraction * st.n_tokens,
+        loss, stats = pl, {"policy_loss": float(pl.detach()), "clip_fraction": st.clip_fraction * st.n_tokens,
                            "iw_mean": st.iw_mean * st.n_tokens, "iw_max": st.iw_max,
                            "entropy": float((ent * mb.completion_mask).sum()), "tokens": st.n_tokens}
         if c.kl_coef > 0 and self.ref_model is not None:
             kl = aggregate(kl_k3(logp, self._ref_logp(mb)), mb.completion_mask, **agg)
             loss = loss + c.kl_coef * kl
-            stats["kl"] = float(kl)
+            stats["kl"] = float(kl.detach())
         if need_hidden:
             v = self.value_head(hidden.float()).squeeze(-1)
             vl = value_loss(v, returns[:, :v.shape[1]], mb.completion_mask, **agg)
             loss = loss + c.vf_coef * vl
-            stats["value_loss"] = float(vl)
+            stats["value_loss"] = float(vl.detach())
         return loss, stats
 
     def _ref_logp(self, mb):
@@ -137,7 +137,7 @@ class Learner:
             r = None if returns is None else returns[idx][:, :mb.completion_ids.shape[1]]
             loss, st = self.micro_loss(mb, a, r, num_tokens, float(B))
             loss.backward()
-            total["loss"] += float(loss)
+            total["loss"] += float(loss.detach())
             for k, v in st.items():
                 total[k] = max(total.get(k, 0.0), v) if k == "iw_max" else total.get(k, 0.0) + v
         return total

@@ -76,6 +76,7 @@ def run_learner(ctx) -> None:
     """Learner main loop. Writes ``<out>/model`` and ``<out>/metrics.json`` (rank 0)."""
     from posttrain.rl.collate import collate
     from posttrain.rl.learner_setup import build_learner
+    from posttrain.rl.logprobs import probe_logprob
     from posttrain.rl.metrics import StepMeter
     from posttrain.rl.weights import WeightBroadcaster, synced_parameters
 
@@ -95,6 +96,7 @@ def run_learner(ctx) -> None:
             wait_s = time.perf_counter() - t0
             m = learner.train_step(collate(batches, tok.pad_token_id))
             version += 1
+            m["learner_probe"] = probe_logprob(learner.model, tok)
             sync = bcast.broadcast(version)
             meter.step(step, version, batches, m, wait_s, sync, depth, filt)
         bcast.stop()

@@ -28,3 +28,17 @@ def forward_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_
     ent = entropy_from_logits(logits.detach()) if with_entropy else None
     hidden = out.hidden_states[-1][:, P - 1:P - 1 + T, :] if with_hidden else None
     return logp, ent, hidden
+
+
+PROBE_TEXT = "Once upon a time, there was a little"
+"""A fixed text whose log-prob both roles compute, to check that weight syncs reach the actors intact."""
+
+
+def probe_logprob(model, tokenizer, text: str = PROBE_TEXT) -> float:
+    """Sum of token log-probs (nats) of ``text`` under ``model`` (no grad, temperature 1)."""
+    import torch
+
+    ids = torch.tensor([tokenizer(text)["input_ids"]], device=next(model.parameters()).device)
+    with torch.no_grad():
+        logits = model(input_ids=ids, use_cache=False).logits[:, :-1].float()
+    return float(torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None]).sum())

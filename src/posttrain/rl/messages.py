@@ -25,7 +25,8 @@ class RolloutBatch:
     reward_parts: name -> ``[B]`` float32 per-component rewards (for metrics).
     policy_version: learner version of the weights that generated the batch.
     gen_seconds: wall seconds the actor spent generating + scoring this batch; wait_seconds: seconds it was
-    blocked (backpressure or sending) since its previous batch.
+    blocked (backpressure or sending) since its previous batch. probe_logp: log-prob of a fixed probe text under
+    the actor's weights (``logprobs.probe_logprob``), to check weight syncs end to end.
     """
 
     policy_version: int
@@ -42,6 +43,7 @@ class RolloutBatch:
     gen_seconds: float = 0.0
     wait_seconds: float = 0.0
     completions_text: list = field(default_factory=list)
+    probe_logp: float = 0.0
 
     @property
     def num_samples(self) -> int:

@@ -53,6 +53,7 @@ class StepMeter:
         for name in sorted({k for b in batches for k in b.reward_parts}):
             vals = [float(v) for b in batches for v in b.reward_parts.get(name, [])]
             row[f"reward_{name}"] = sum(vals) / max(len(vals), 1)
+        row["actor_probes"] = [[b.policy_version, b.probe_logp] for b in batches]  # weight-sync check
         self.history.append(row)
         tracking.log_metrics(row, step=step + 1)
         print(self.line(row), flush=True)
