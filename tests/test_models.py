@@ -117,11 +117,11 @@ def test_save_model_merges_lora(stories260k, tmp_path):
     from peft import get_peft_model
 
     tok, _ = load_tokenizer(stories260k)
+    torch.manual_seed(0)                    # lora_A init and our lora_B values are seeded: no flakiness
     model = get_peft_model(load_causal_lm(stories260k), lora_config(LoraSpec(enabled=True, r=2)))
-    torch.manual_seed(0)
     for name, p in model.named_parameters():
         if "lora_B" in name:
-            p.data.normal_(0, 0.5)          # non-zero B: the adapter changes the output
+            p.data.normal_(0, 0.1)          # non-zero B: the adapter changes the output
     ids = torch.tensor([tok("Once upon a time")["input_ids"]])
     model.eval()
     with torch.no_grad():
@@ -132,10 +132,10 @@ def test_save_model_merges_lora(stories260k, tmp_path):
     reloaded = load_causal_lm(out).eval()
     with torch.no_grad():
         got = reloaded(ids).logits
-    assert (got - want).abs().max().item() < 1e-4, (got - want).abs().max()
+    assert (got - want).abs().max().item() < 1e-3      # float32 rounding of W + BA vs W x + B(A x)
     plain = load_causal_lm(stories260k).eval()
     with torch.no_grad():
-        assert not torch.allclose(plain(ids).logits, want, atol=1e-3)   # the adapter mattered
+        assert (plain(ids).logits - want).abs().max().item() > 0.1     # the adapter mattered
     tok2, warnings = load_tokenizer(out)
     assert warnings == [] and tok2.pad_token_id == 0 and tok2.chat_template == CHAT_TEMPLATE_PLAIN
     assert reloaded.config.pad_token_id == 0

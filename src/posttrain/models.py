@@ -36,7 +36,10 @@ _TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenize
 
 
 def _is_local(name_or_path: str) -> bool:
-    return Path(name_or_path).exists() or name_or_path.startswith(("/", ".", "~"))
+    """Local path or hub id, by the same rule as ``posttrain.recipe.check_paths``."""
+    from posttrain.recipe import _looks_local
+
+    return _looks_local(name_or_path)
 
 
 def _check_local_dir(path: str, need: tuple[str, ...]) -> None:

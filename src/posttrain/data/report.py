@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
+from dataclasses import field as dc_field
 
 
 @dataclass
@@ -19,13 +20,13 @@ class DataReport:
     source: str
     rows_read: int
     rows_kept: int
-    dropped: dict[str, int] = field(default_factory=dict)
+    dropped: dict[str, int] = dc_field(default_factory=dict)
     truncated: int = 0
-    token_stats: dict[str, float] = field(default_factory=dict)
+    token_stats: dict[str, float] = dc_field(default_factory=dict)
     context_len: int = 0
     sha256: str = ""
     rows_in_source: int = 0
-    field: str = ""
+    field: str = ""          # the recipe field, e.g. "data.sft[0]"
 
     def to_metrics(self, prefix: str = "") -> dict[str, float]:
         """Flat float metrics, keys ``<prefix>rows_read``, ``<prefix>dropped_<reason>``, ``<prefix>tokens_p95``...
