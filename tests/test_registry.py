@@ -1,0 +1,217 @@
+"""Registry: register -> gate -> promote -> rollback against a real ``mlflow server`` on loopback (session fixture).
+
+Every step checks the aliases and the recorded transition history; the gate's blocking decisions and reasons;
+two concurrent promotions leave one holder and both transitions recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+
+from posttrain import registry
+from posttrain.artifacts import sha256_file
+from posttrain.errors import PosttrainError, StageError
+from posttrain.recipe import Recipe
+
+# ----------------------------------------------------------------------------------------------- pure logic
+
+
+def test_decide_gate_thresholds_short_names_and_regression():
+    metrics = {"final/gsm8k_accuracy": 0.30, "base/gsm8k_accuracy": 0.10, "final/pref_acc": 0.6}
+    ok = registry.decide_gate(metrics, {"gsm8k_accuracy": 0.25}, 0.05, {"staging": ("2", {"final/gsm8k_accuracy": 0.34})})
+    assert ok.passed, ok.reason  # drop 0.04 <= 0.05 allowed
+    low = registry.decide_gate(metrics, {"gsm8k_accuracy": 0.31}, 0.0, {})
+    assert not low.passed and "final/gsm8k_accuracy=0.3 < threshold 0.31" in low.reason
+    reg = registry.decide_gate(metrics, {"final/gsm8k_accuracy": 0.1}, 0.05, {"production": ("7", {"final/gsm8k_accuracy": 0.40})})
+    assert not reg.passed and "production v7" in reg.reason and "drop 0.1" in reg.reason
+    missing = registry.decide_gate(metrics, {"reward_accuracy": 0.5}, 0.0, {})
+    assert not missing.passed and "reward_accuracy: missing" in missing.reason and "final/pref_acc" in missing.reason
+    assert registry.decide_gate(metrics, {}, 0.0, {"staging": ("1", {"final/gsm8k_accuracy": 0.9})}).passed
+
+
+def test_previous_holder_replays_promotions_and_rollbacks():
+    ev = lambda v, kind="promote", prev=None: {"version": v, "kind": kind, "previous": prev}  # noqa: E731
+    h = [ev("1"), ev("2"), ev("3")]
+    assert registry.previous_holder(h, "3") == "2"
+    h.append(ev("2", "rollback", "3"))
+    assert registry.previous_holder(h, "2") == "1"  # a second rollback goes further back, not back to 3
+    h.append(ev("1", "rollback", "2"))
+    assert registry.previous_holder(h, "1") is None
+    assert registry.previous_holder([ev("1"), ev("2")], "5") == "2"  # moved in the UI: back to the last recorded
+    assert registry.previous_holder([], None) is None
+
+
+# ----------------------------------------------------------------------------------------------- against mlflow server
+
+
+@pytest.fixture()
+def env(mlflow_server, tmp_path, monkeypatch, shared_data):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server)
+    monkeypatch.setenv("POSTTRAIN_USER", "alice")
+    monkeypatch.setenv("POSTTRAIN_PARENT_RUN_ID", "")
+    monkeypatch.chdir(tmp_path)
+    name = f"m-{uuid.uuid4().hex[:8]}"
+    recipe = Recipe.model_validate({
+        "name": "tiny", "model": {"name_or_path": str(shared_data / "stories260K" / "hf")},
+        "sft": {"enabled": False}, "reward": {"enabled": False}, "algorithm": "grpo",
+        "data": {"prompts": {"source": str(shared_data / "gsm8k" / "test.jsonl"), "format": "gsm8k"}},
+        "tracking": {"uri": mlflow_server, "experiment": "registry-tests", "registered_model": name},
+        "gate": {"thresholds": {"gsm8k_accuracy": 0.1}, "max_regression": 0.05},
+    })
+    return recipe, name, tmp_path
+
+
+def _evaluation(tmp: Path, tag: str, acc: float) -> str:
+    d = tmp / f"eval-{tag}"
+    d.mkdir()
+    (d / "metrics.json").write_text(json.dumps({"final/gsm8k_accuracy": acc, "base/gsm8k_accuracy": 0.02}))
+    return str(d)
+
+
+def _tiny_model(tmp: Path) -> str:
+    d = tmp / "fake-model"
+    if not d.exists():
+        d.mkdir()
+        (d / "config.json").write_text("{}")
+        (d / "model.safetensors").write_bytes(b"0" * 16)
+    return str(d)
+
+
+def _register(recipe, tmp: Path, tag: str, acc: float, model: str | None = None) -> dict:
+    from posttrain.stages import register
+
+    out = tmp / f"register-{tag}"
+    res = register.run(recipe, {"model": model or _tiny_model(tmp), "evaluation": _evaluation(tmp, tag, acc)}, str(out))
+    assert res.metrics["register/version"] >= 1
+    return json.loads((out / "registration.json").read_text())
+
+
+def _gate(recipe, tmp: Path, reg_tag: str, eval_tag: str):
+    from posttrain.stages import gate
+
+    return gate.run(recipe, {"registration": str(tmp / f"register-{reg_tag}"), "evaluation": str(tmp / f"eval-{eval_tag}")},
+                    str(tmp / f"gate-{reg_tag}"))
+
+
+def test_register_gate_promote_rollback_push(env, shared_data):
+    from posttrain import hub
+
+    recipe, name, tmp = env
+    client = registry.get_client(None)
+    model_dir = str(shared_data / "stories260K" / "hf")
+    r1 = _register(recipe, tmp, "1", 0.30, model=model_dir)
+    assert (r1["name"], r1["version"]) == (name, "1")
+    mv1 = client.get_model_version(name, "1")
+    assert mv1.aliases == ["candidate"]
+    assert float(mv1.tags["metric.final/gsm8k_accuracy"]) == 0.30
+    assert mv1.tags["posttrain.recipe_hash"] == recipe.hash()
+    gsm = str(shared_data / "gsm8k" / "test.jsonl")
+    assert json.loads(mv1.tags["posttrain.data_hashes"])[gsm] == sha256_file(gsm)
+    t = json.loads(mv1.tags[registry.TAG_TRANSITIONS])
+    assert [(x["alias"], x["kind"], x["from_stage"], x["who"]) for x in t] == [("candidate", "register", "none", "alice")]
+
+    g1 = _gate(recipe, tmp, "1", "1")
+    assert g1.metrics["gate/passed"] == 1.0 and "final/gsm8k_accuracy=0.3 >= threshold 0.1" in g1.notes[0]
+    assert registry.holder(client, name, "staging") == "1"
+    assert client.get_model_version(name, "1").tags[registry.TAG_GATE_DECISION] == "passed"
+
+    registry.promote(name, 1, "production", "first release", tracking_uri=None)
+    _register(recipe, tmp, "2", 0.50)
+    assert registry.holder(client, name, "candidate") == "2" and registry.holder(client, name, "production") == "1"
+    assert _gate(recipe, tmp, "2", "2").metrics["gate/passed"] == 1.0
+    registry.promote(name, "2", "production", "better on gsm8k", tracking_uri=None)
+    assert registry.holder(client, name, "production") == "2"
+    v1_kinds = [(x["alias"], x["kind"]) for x in registry.version_transitions(client, name, 1)]
+    assert v1_kinds == [("candidate", "register"), ("staging", "gate"), ("production", "promote"),
+                        ("candidate", "replaced"), ("staging", "replaced"), ("production", "replaced")]
+
+    t_back = registry.rollback(name, "production", "v2 breaks the chat format", tracking_uri=None)
+    assert (t_back.version, t_back.replaced_version, t_back.kind) == ("1", "2", "rollback")
+    assert registry.holder(client, name, "production") == "1"
+    last = registry.version_transitions(client, name, 1)[-1]
+    assert (last["alias"], last["kind"], last["reason"], last["who"]) == ("production", "rollback", "v2 breaks the chat format", "alice")
+    assert [h["version"] for h in registry.history(client, name, "production")] == ["1", "2", "1"]
+    with pytest.raises(PosttrainError, match="no previous holder"):
+        registry.rollback(name, "production", "again", tracking_uri=None)
+
+    from rich.console import Console
+
+    console = Console(record=True, width=200)
+    rows = registry.print_models(None, name=name, console=console)
+    assert [(r["version"], r["aliases"], r["gate"]) for r in rows] == [
+        ("2", ["candidate", "staging"], "passed"), ("1", ["production"], "passed")]
+    text = console.export_text()
+    assert "gsm8k_accuracy=0.5" in text and "candidate, staging" in text
+
+    dest = tmp / "pushed"
+    report = hub.push_registered(f"{name}@production", str(dest), tracking_uri=None)
+    manifest = hub.verify_push(str(dest))
+    assert manifest["source"]["version"] == "1" and report.uploaded == 8  # 7 model files + README.md
+    for f in Path(model_dir).iterdir():
+        assert sha256_file(dest / f.name) == sha256_file(f)
+    card = (dest / "README.md").read_text()
+    assert "| gsm8k_accuracy | 0.02 | 0.3 | +0.28 |" in card and recipe.hash() in card and "| MIT |" in card
+
+
+def test_gate_blocks_below_threshold_and_on_regression(env):
+    recipe, name, tmp = env
+    client = registry.get_client(None)
+    _register(recipe, tmp, "1", 0.50)
+    assert _gate(recipe, tmp, "1", "1").metrics["gate/passed"] == 1.0
+    _register(recipe, tmp, "2", 0.05)  # below the 0.1 threshold
+    res = _gate(recipe, tmp, "2", "2")
+    assert res.metrics["gate/passed"] == 0.0 and "final/gsm8k_accuracy=0.05 < threshold 0.1" in res.notes[0]
+    tags = client.get_model_version(name, "2").tags
+    assert tags[registry.TAG_GATE_DECISION] == "blocked" and "< threshold 0.1" in tags[registry.TAG_GATE_REASON]
+    assert registry.holder(client, name, "staging") == "1"
+    _register(recipe, tmp, "3", 0.40)  # above threshold, but 0.10 below staging v1 (allowed 0.05)
+    recipe.gate.fail_on_block = True
+    with pytest.raises(StageError, match=r"staging v1 0.5 \(drop 0.1, allowed 0.05\)"):
+        _gate(recipe, tmp, "3", "3")
+    assert client.get_model_version(name, "3").tags[registry.TAG_GATE_DECISION] == "blocked"
+    assert registry.holder(client, name, "staging") == "1"
+
+
+def test_concurrent_promotions_leave_one_holder_and_both_recorded(env):
+    recipe, name, tmp = env
+    client = registry.get_client(None)
+    for _ in range(2):
+        registry.register_version(client, name, "s3://posttrain-tests/model", None, {})
+    barrier, errors = threading.Barrier(2), []
+
+    def go(v):
+        barrier.wait()
+        try:
+            registry.promote(name, v, "production", f"race {v}", tracking_uri=None)
+        except Exception as exc:  # noqa: BLE001 - asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=go, args=(v,)) for v in ("1", "2")]
+    [t.start() for t in threads]
+    [t.join(60) for t in threads]
+    assert not errors
+    hist = registry.history(client, name, "production")
+    assert sorted(h["reason"] for h in hist) == ["race 1", "race 2"]
+    final = registry.holder(client, name, "production")
+    assert final == hist[-1]["version"] and hist[-1]["previous"] == hist[0]["version"] and hist[0]["previous"] is None
+    for v in ("1", "2"):
+        assert [x["reason"] for x in registry.version_transitions(client, name, v) if x["kind"] == "promote"] == [f"race {v}"]
+    assert not [m for m in client.search_registered_models() if m.name.startswith(registry.LOCK_PREFIX)]
+
+
+def test_clear_errors_for_unknown_model_version_and_stage(env):
+    recipe, name, tmp = env
+    with pytest.raises(PosttrainError, match="registered model 'nope-.*' not found"):
+        registry.promote(f"nope-{name}", 1, "staging", "x", tracking_uri=None)
+    registry.register_version(registry.get_client(None), name, "s3://posttrain-tests/model", None, {})
+    with pytest.raises(PosttrainError, match=r"has no version '9'; existing versions: \[1\]"):
+        registry.promote(name, 9, "staging", "x", tracking_uri=None)
+    with pytest.raises(PosttrainError, match="not one of"):
+        registry.promote(name, 1, "prod", "x", tracking_uri=None)
+    with pytest.raises(PosttrainError, match="no previous holder"):
+        registry.rollback(name, "staging", "x", tracking_uri=None)
