@@ -299,3 +299,22 @@ def test_read_rows_json_list(tmp_path):
     p.write_text(json.dumps({"prompt": "a"}))
     with pytest.raises(DataError, match="not a list of rows"):
         read_rows(str(p))
+
+
+@pytest.mark.parametrize("tok_dir", ["stories260K/hf", "gpt2_tokenizer"])
+def test_fit_completion_is_longest_fitting_prefix(shared_data, tok_dir):
+    """On real GSM8K answers and real tokenizers: the cut fits, and one more non-blank character would not."""
+    from posttrain.data.lengths import fit_completion
+
+    tok, _ = load_tokenizer(str(shared_data / tok_dir))
+    rows = [json.loads(x) for x in open(shared_data / "gsm8k" / "test.jsonl")][:15]
+    n = lambda s: len(tok(s)["input_ids"])  # noqa: E731
+    for r in rows:
+        prompt, completion = f"Question: {r['question']}\nAnswer:", " " + r["answer"]
+        budget = n(prompt) + 12
+        cut = fit_completion(tok, prompt, completion, budget)
+        assert completion.startswith(cut) and n(prompt + cut) <= budget < n(prompt + completion)
+        j = len(cut)
+        while completion[j].isspace():
+            j += 1
+        assert n(prompt + completion[:j + 1]) > budget
