@@ -318,3 +318,16 @@ def test_fit_completion_is_longest_fitting_prefix(shared_data, tok_dir):
         while completion[j].isspace():
             j += 1
         assert n(prompt + completion[:j + 1]) > budget
+
+
+def test_completion_follows_the_tokenizers_own_template(tmp_path, word_tok):
+    """With a ChatML-style template the completion is what the template renders after the generation prompt."""
+    import copy
+
+    tok = copy.deepcopy(word_tok)
+    tok.chat_template = ("{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}"
+                         "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+    path = _write_jsonl(tmp_path / "g.jsonl", [{"question": "2+2?", "answer": "2+2=<<2+2=4>>4\n#### 4"}])
+    rows, _ = load_sft([DatasetSpec(source=path, format="gsm8k")], tok, 100, "drop", 0)
+    assert rows == [{"prompt": "<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n",
+                     "completion": "2+2=4\n#### 4<|im_end|>\n"}]
