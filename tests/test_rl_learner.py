@@ -120,3 +120,25 @@ def test_one_step_moves_logprobs_toward_high_reward(policy):
     delta = seq_logp(m) - before
     assert out["reward_mean"] == pytest.approx(float(batch.rewards.mean()))
     assert float((delta * adv).sum()) > 0
+
+
+def test_lora_syncs_adapters_only_and_kl_uses_the_frozen_base(policy):
+    import copy
+
+    from posttrain.recipe import LoraSpec
+    from posttrain.rl.model_setup import wrap_lora
+    from posttrain.rl.weights import plan_buckets, synced_parameters
+
+    model, tok = policy
+    batch = _rollouts(model, tok, 1.0)
+    m = wrap_lora(copy.deepcopy(model), LoraSpec(enabled=True, r=4, alpha=8))
+    synced = synced_parameters(m)
+    names = [n for n, p in m.named_parameters() if p.requires_grad]
+    assert names and all("lora_" in n for n in names) and len(synced) == len(names)
+    assert sum(p.numel() for p in synced) < sum(p.numel() for p in m.parameters()) // 5
+    assert len(plan_buckets(synced, bucket_mib=64)) == 1
+    learner = Learner(m, LearnerConfig(kl_coef=0.1), lr=5e-2, ref_model="adapter-disabled")
+    first = learner.train_step(batch)
+    assert first["kl"] == pytest.approx(0.0, abs=1e-7)  # lora_B starts at 0: policy == reference
+    second = learner.train_step(batch)
+    assert second["kl"] > 1e-6  # the adapters moved the policy away from the frozen base

@@ -57,8 +57,9 @@ def _device(rank_local: int) -> str:
     import torch
 
     if torch.cuda.is_available():
-        torch.cuda.set_device(rank_local)
-        return f"cuda:{rank_local}"
+        dev = rank_local % torch.cuda.device_count()  # ranks share GPUs when there are fewer GPUs than ranks
+        torch.cuda.set_device(dev)
+        return f"cuda:{dev}"
     return "cpu"
 
 
