@@ -82,10 +82,21 @@ def _tiny_model(tmp: Path) -> str:
     return str(d)
 
 
-def _register(recipe, tmp: Path, tag: str, acc: float, model: str | None = None) -> dict:
+def _register(recipe, tmp: Path, tag: str, acc: float, model: str | None = None, fast: bool = False) -> dict:
+    """Register a version: through the real register stage, or (``fast``) straight through the registry with the
+    same metric tags and a registration.json written here (fewer server round trips on a busy machine)."""
+    from posttrain.artifacts import write_json_atomic
     from posttrain.stages import register
 
     out = tmp / f"register-{tag}"
+    if fast:
+        name = recipe.tracking.registered_model
+        ev = _evaluation(tmp, tag, acc)
+        tags = {f"metric.{k}": repr(v) for k, v in register.read_metrics(ev).items()}
+        mv = registry.register_version(registry.get_client(None), name, "s3://posttrain-tests/model", None, tags)
+        reg = {"name": name, "version": str(mv.version), "run_id": None, "tags": tags}
+        write_json_atomic(out / "registration.json", reg)
+        return reg
     res = register.run(recipe, {"model": model or _tiny_model(tmp), "evaluation": _evaluation(tmp, tag, acc)}, str(out))
     assert res.metrics["register/version"] >= 1
     return json.loads((out / "registration.json").read_text())
@@ -161,15 +172,15 @@ def test_register_gate_promote_rollback_push(env, shared_data):
 def test_gate_blocks_below_threshold_and_on_regression(env):
     recipe, name, tmp = env
     client = registry.get_client(None)
-    _register(recipe, tmp, "1", 0.50)
+    _register(recipe, tmp, "1", 0.50, fast=True)
     assert _gate(recipe, tmp, "1", "1").metrics["gate/passed"] == 1.0
-    _register(recipe, tmp, "2", 0.05)  # below the 0.1 threshold
+    _register(recipe, tmp, "2", 0.05, fast=True)  # below the 0.1 threshold
     res = _gate(recipe, tmp, "2", "2")
     assert res.metrics["gate/passed"] == 0.0 and "final/gsm8k_accuracy=0.05 < threshold 0.1" in res.notes[0]
     tags = client.get_model_version(name, "2").tags
     assert tags[registry.TAG_GATE_DECISION] == "blocked" and "< threshold 0.1" in tags[registry.TAG_GATE_REASON]
     assert registry.holder(client, name, "staging") == "1"
-    _register(recipe, tmp, "3", 0.40)  # above threshold, but 0.10 below staging v1 (allowed 0.05)
+    _register(recipe, tmp, "3", 0.40, fast=True)  # above threshold, but 0.10 below staging v1 (allowed 0.05)
     recipe.gate.fail_on_block = True
     with pytest.raises(StageError, match=r"staging v1 0.5 \(drop 0.1, allowed 0.05\)"):
         _gate(recipe, tmp, "3", "3")
@@ -215,3 +226,38 @@ def test_clear_errors_for_unknown_model_version_and_stage(env):
         registry.promote(name, 1, "prod", "x", tracking_uri=None)
     with pytest.raises(PosttrainError, match="no previous holder"):
         registry.rollback(name, "staging", "x", tracking_uri=None)
+
+
+def test_push_stage_respects_gate_and_cli_commands(env, capsys):
+    from posttrain import hub
+    from posttrain.cli import main
+    from posttrain.stages import push
+
+    recipe, name, tmp = env
+    recipe.push.destination = "buckets/{name}"  # relative: resolves against the CWD (tmp)
+    model = _tiny_model(tmp)
+    _register(recipe, tmp, "1", 0.05, fast=True)
+    assert _gate(recipe, tmp, "1", "1").metrics["gate/passed"] == 0.0
+    inputs = {"model": model, "evaluation": str(tmp / "eval-1"), "registration": str(tmp / "register-1"),
+              "gate_result": str(tmp / "gate-1")}
+    res = push.run(recipe, inputs, str(tmp / "push-1"))
+    assert res.metrics["push/pushed"] == 0.0 and "the gate blocked version 1" in res.notes[0]
+    assert not (tmp / "buckets").exists()
+    _register(recipe, tmp, "2", 0.5, fast=True)
+    _gate(recipe, tmp, "2", "2")
+    inputs = {"model": model, "evaluation": str(tmp / "eval-2"), "registration": str(tmp / "register-2"),
+              "gate_result": str(tmp / "gate-2")}
+    res = push.run(recipe, inputs, str(tmp / "push-2"))
+    assert res.metrics["push/pushed"] == 1.0 and res.metrics["push/uploaded"] == 3  # config, weights, README.md
+    manifest = hub.verify_push(str(tmp / "buckets" / "tiny"))
+    assert manifest["source"]["version"] == "2" and manifest["source"]["gate"] == "passed"
+    client = registry.get_client(None)
+    assert client.get_model_version(name, "2").tags["posttrain.push.destination"] == str(tmp / "buckets" / "tiny")
+
+    capsys.readouterr()
+    assert main(["promote", name, "--version", "2", "--to", "production", "--reason", "ship it"]) == 0
+    assert main(["models", name]) == 0
+    out = capsys.readouterr().out
+    assert "production -> version 2" in out and "candidate, staging, production" in out and "blocked" in out
+    assert main(["rollback", name, "--stage", "production"]) == 1
+    assert "no previous holder" in capsys.readouterr().err

@@ -121,12 +121,12 @@ def get_version(client, name: str, version: str | int):
     """Model version ``name``/``version``. Raises PosttrainError listing existing versions when it does not exist."""
     from mlflow.exceptions import MlflowException
 
-    get_model(client, name)
     try:
         return client.get_model_version(name, str(version))
     except MlflowException as exc:
         if not _is_error(exc, "RESOURCE_DOES_NOT_EXIST") and not _is_error(exc, "INVALID_PARAMETER_VALUE"):
             raise
+    get_model(client, name)  # raises the clear "model not found" error first
     versions = sorted(int(v.version) for v in client.search_model_versions(f"name='{name}'"))
     raise PosttrainError(f"model {name!r} has no version {version!r}; existing versions: {versions or '(none)'}")
 
@@ -264,14 +264,9 @@ def move_alias(client, name: str, version: str | int, alias: str, reason: str, k
     if not str(reason or "").strip():
         raise PosttrainError("a transition needs a reason; pass --reason 'why this version'")
     version = str(version)
-    from mlflow.exceptions import MlflowException
-
     with registry_lock(client, name):
-        model = get_model(client, name)
-        try:
-            mv = client.get_model_version(name, version)
-        except MlflowException:
-            mv = get_version(client, name, version)  # raises the clear error
+        mv = get_version(client, name, version)
+        model = client.get_registered_model(name)
         replaced = model.aliases.get(alias)
         t = Transition(name=name, alias=alias, version=version, replaced_version=replaced,
                        from_stage=_highest_stage([a for a, v in model.aliases.items() if str(v) == version]),
@@ -385,7 +380,10 @@ def print_models(tracking_uri: str | None = None, name: str | None = None, conso
     for r in rows:
         table.add_row(r["model"], r["version"], ", ".join(r["aliases"]) or "-", _key_metrics(r["metrics"]),
                       r["gate"], r["recipe_hash"], r["created"], r["run_id"][:12])
-    console = console or Console()
+    if console is None:  # piped output (CI logs, tests) gets a wide table instead of 80 wrapped columns
+        import sys
+
+        console = Console() if sys.stdout.isatty() else Console(width=160)
     if rows:
         console.print(table)
     else:
