@@ -56,9 +56,20 @@ def mlflow_server(tmp_path_factory) -> str:
         _wait_healthy(uri, proc, log)
         yield uri
     finally:
-        proc.terminate()
+        _stop_group(proc)
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    """Stop the server and its workers (uvicorn, job consumer): its own process group, started for it above."""
+    import signal
+
+    for sig, wait_s in ((signal.SIGTERM, 15), (signal.SIGKILL, 15)):
         try:
-            proc.wait(timeout=15)
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait_s)
+            return
         except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=15)
+            continue

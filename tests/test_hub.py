@@ -332,11 +332,13 @@ def test_model_card_metrics_lineage_and_licences():
     card = render_card("tiny", "3", {"final/gsm8k_accuracy": 0.25, "base/gsm8k_accuracy": 0.05},
                        {"recipe_name": "tiny-cpu", "recipe_hash": "abc", "mlflow_run_id": "r1", "pipeline_run_id": "p1",
                         "git_commit": "deadbeef", "base_model": "../shared/data/stories260K/hf"},
-                       {"name": "tiny-cpu", "seed": 0}, {"../shared/data/dolly_open_qa/x.jsonl": "f00", "acme/data": "hf:acme"})
+                       {"name": "tiny-cpu", "seed": 0, "tracking": {"uri": "https://bob:s3cret@mlflow.example"}},
+                       {"../shared/data/dolly_open_qa/x.jsonl": "f00", "acme/data": "hf:acme"})
     assert "| gsm8k_accuracy | 0.05 | 0.25 | +0.2 |" in card
     assert "| git commit | `deadbeef` |" in card and "| pipeline run | `p1` |" in card
     assert "| databricks-dolly-15k | `../shared/data/dolly_open_qa/x.jsonl` | `f00` | CC BY-SA 3.0 |" in card
     assert "| acme/data | `acme/data` | `hf:acme` | see source |" in card
     assert "stories260K (llama2.c tinyllamas)" in card and "name: tiny-cpu" in card
+    assert "s3cret" not in card and "https://***@mlflow.example" in card
     assert license_for("Anthropic/hh-rlhf") == ("Anthropic HH-RLHF", "MIT")
     assert license_for("openai/gsm8k")[1] == "MIT"

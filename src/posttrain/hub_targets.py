@@ -173,7 +173,9 @@ class FsspecTarget(Target):
                 opts["endpoint_url"] = endpoint
         self.fs = fsspec.filesystem(protocol, skip_instance_cache=True, **opts)
         self.root = rest.rstrip("/")
-        self.display = f"{protocol}://{self.root}"
+        from posttrain.tracking import redact_uri
+
+        self.display = redact_uri(f"{protocol}://{self.root}")
         if not self.root:
             raise PosttrainError(f"destination {url!r} names no bucket; use e.g. s3://my-bucket/models/name")
 

@@ -44,6 +44,17 @@ def _metric_rows(metrics: Mapping[str, float], base_metrics: Mapping[str, float]
     return rows
 
 
+def _redacted(obj):
+    """A copy of ``obj`` with credentials in URL strings (``scheme://user:secret@host``) replaced by ``***``."""
+    from posttrain.tracking import redact_uri
+
+    if isinstance(obj, dict):
+        return {k: _redacted(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_redacted(v) for v in obj]
+    return redact_uri(obj) if isinstance(obj, str) and "://" in obj else obj
+
+
 def render_card(name: str, version: str | None, metrics: Mapping[str, float], lineage: Mapping[str, str | None],
                 recipe: Mapping | None = None, data_hashes: Mapping[str, str] | None = None,
                 base_metrics: Mapping[str, float] | None = None) -> str:
@@ -51,7 +62,7 @@ def render_card(name: str, version: str | None, metrics: Mapping[str, float], li
     base_model, algorithm (missing ones print as "-"). ``recipe`` is the recipe as a dict (printed as YAML)."""
     import yaml
 
-    recipe = dict(recipe or {})
+    recipe = _redacted(dict(recipe or {}))
     base_model = lineage.get("base_model") or (recipe.get("model") or {}).get("name_or_path") or "-"
     lines = ["---", "library_name: transformers", "tags: [posttrain]", "---", "",
              f"# {name}" + (f" (version {version})" if version else ""), "",
