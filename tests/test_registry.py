@@ -261,3 +261,19 @@ def test_push_stage_respects_gate_and_cli_commands(env, capsys):
     assert "production -> version 2" in out and "candidate, staging, production" in out and "blocked" in out
     assert main(["rollback", name, "--stage", "production"]) == 1
     assert "no previous holder" in capsys.readouterr().err
+
+
+def test_lock_times_out_naming_the_holder_and_breaks_when_stale(env):
+    import time
+
+    recipe, name, tmp = env
+    client = registry.get_client(None)
+    lock = registry.LOCK_PREFIX + name
+    client.create_registered_model(lock, tags={"holder": "bob@other-host:42", "since": str(time.time())})
+    with pytest.raises(PosttrainError, match="held by bob@other-host:42"):
+        with registry.registry_lock(client, name, timeout_s=0.3):
+            pass
+    client.set_registered_model_tag(lock, "since", str(time.time() - registry.LOCK_STALE_S - 1))
+    with registry.registry_lock(client, name, timeout_s=10):  # the crashed holder's lock is broken
+        assert client.get_registered_model(lock).tags["holder"].startswith("alice@")
+    assert not [m for m in client.search_registered_models() if m.name == lock]

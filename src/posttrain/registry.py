@@ -208,9 +208,10 @@ def _break_if_stale(client, lock: str, stale_s: float) -> str:
         tags = client.get_registered_model(lock).tags
     except MlflowException:
         return "(released)"
-    with contextlib.suppress(TypeError, ValueError):
+    with contextlib.suppress(TypeError, ValueError, MlflowException):
         if time.time() - float(tags.get("since", "")) > stale_s:
-            with contextlib.suppress(MlflowException):
+            # re-read right before deleting, so a waiter does not delete a lock another waiter just re-created
+            if client.get_registered_model(lock).tags.get("holder") == tags.get("holder"):
                 client.delete_registered_model(lock)
     return tags.get("holder", "(unknown)")
 
