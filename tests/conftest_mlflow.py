@@ -63,7 +63,7 @@ def _stop_group(proc: subprocess.Popen) -> None:
     """Stop the server and its workers (uvicorn, job consumer): its own process group, started for it above."""
     import signal
 
-    for sig, wait_s in ((signal.SIGTERM, 15), (signal.SIGKILL, 15)):
+    for sig, wait_s in ((signal.SIGTERM, 5), (signal.SIGKILL, 15)):
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:

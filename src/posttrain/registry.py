@@ -189,6 +189,8 @@ def registry_lock(client, name: str, timeout_s: float = LOCK_TIMEOUT_S, stale_s:
             if not _is_error(exc, "RESOURCE_ALREADY_EXISTS"):
                 raise
         held_by = _break_if_stale(client, lock, stale_s)
+        if held_by == me:  # our create succeeded but its reply was lost and the client retried it
+            break
         if time.monotonic() > deadline:
             raise PosttrainError(f"registry lock {lock!r} is held by {held_by}; wait for it, or delete the registered "
                                  f"model {lock!r} if that process is gone")
