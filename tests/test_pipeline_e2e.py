@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _minimal_recipe(tmp_path: Path, algorithm: str, tracking_uri: str) -> Path:
     raw = yaml.safe_load((ROOT / "pipelines/recipes/tiny-cpu.yaml").read_text())
-    raw["name"] = f"e2e-{algorithm}"
+    raw["name"] = "e2e"
     raw["algorithm"] = algorithm
     raw["output_dir"] = str(tmp_path / "runs")
     d = raw["data"]
@@ -35,41 +35,51 @@ def _minimal_recipe(tmp_path: Path, algorithm: str, tracking_uri: str) -> Path:
     raw["rl"].update(max_steps=3, prompts_per_step=2, num_generations=2, max_new_tokens=8)
     raw["evaluate"].update(gsm8k_samples=4, preference_pairs=8, max_new_tokens=8)
     raw["tracking"] = {"uri": tracking_uri, "experiment": "e2e"}
-    raw["push"]["destination"] = str(tmp_path / "buckets" / "{name}")
+    raw["push"]["destination"] = str(tmp_path / "buckets" / "{name}-" + algorithm)
     path = tmp_path / f"{algorithm}.yaml"
     path.write_text(yaml.safe_dump(raw))
     return path
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("algorithm", ["grpo", "dpo"])
-def test_pipeline_end_to_end(algorithm, tmp_path, monkeypatch, mlflow_server):
+def _check_registered_and_pushed(tmp_path: Path, recipe, tracking_uri: str, version: int) -> None:
     import mlflow
 
-    from posttrain.orchestrate.local import run_pipeline
-    from posttrain.recipe import load_recipe
-
-    monkeypatch.chdir(ROOT)
-    recipe = load_recipe(_minimal_recipe(tmp_path, algorithm, mlflow_server))
-    summary = run_pipeline(recipe)
-    assert summary.ok, summary.error
-    statuses = {r.stage: r.status for r in summary.rows}
-    trained = "dpo" if algorithm == "dpo" else "rl"
-    assert statuses == {s: "ran" for s in ("base", "sft", "reward", trained, "evaluate", "register", "gate", "push")}
-
-    client = mlflow.MlflowClient(mlflow_server)
-    version = client.get_model_version_by_alias(recipe.name, "candidate")
+    client = mlflow.MlflowClient(tracking_uri)
+    mv = client.get_model_version_by_alias(recipe.name, "candidate")
+    assert int(mv.version) == version
     evaluation = json.loads((tmp_path / "runs" / recipe.name / "evaluate" / "metrics.json").read_text())
-    tag_value = version.tags.get("final/gsm8k_accuracy") or version.tags.get("metric.final/gsm8k_accuracy")
+    tag_value = mv.tags.get("metric.final/gsm8k_accuracy") or mv.tags.get("final/gsm8k_accuracy")
     assert tag_value is not None and float(tag_value) == pytest.approx(evaluation["final/gsm8k_accuracy"])
 
-    bucket = tmp_path / "buckets" / recipe.name
+    bucket = tmp_path / "buckets" / f"{recipe.name}-{recipe.algorithm}"
     manifest = json.loads((bucket / "posttrain-manifest.json").read_text())
     files = {f["path"]: f for f in manifest["files"]}
     assert any(p.endswith(".safetensors") for p in files)
     for rel, entry in files.items():
         assert hashlib.sha256((bucket / rel).read_bytes()).hexdigest() == entry["sha256"]
 
-    # a rerun with the same recipe reuses every finished stage
-    again = run_pipeline(recipe)
+
+@pytest.mark.slow
+def test_pipeline_end_to_end_both_branches(tmp_path, monkeypatch, mlflow_server):
+    """GRPO branch, then the DPO branch of the same run name (base/sft/reward reused), then a no-op rerun."""
+    from posttrain.orchestrate.local import run_pipeline
+    from posttrain.recipe import load_recipe
+
+    monkeypatch.chdir(ROOT)
+    tail = ("evaluate", "register", "gate", "push")
+
+    grpo = load_recipe(_minimal_recipe(tmp_path, "grpo", mlflow_server))
+    summary = run_pipeline(grpo)
+    assert summary.ok, summary.error
+    assert {r.stage: r.status for r in summary.rows} == {s: "ran" for s in ("base", "sft", "reward", "rl", *tail)}
+    _check_registered_and_pushed(tmp_path, grpo, mlflow_server, version=1)
+
+    dpo = load_recipe(_minimal_recipe(tmp_path, "dpo", mlflow_server))
+    summary = run_pipeline(dpo)
+    assert summary.ok, summary.error
+    expected = {"base": "reused", "sft": "reused", "reward": "reused", "dpo": "ran", **{s: "ran" for s in tail}}
+    assert {r.stage: r.status for r in summary.rows} == expected
+    _check_registered_and_pushed(tmp_path, dpo, mlflow_server, version=2)
+
+    again = run_pipeline(dpo)
     assert again.ok and {r.status for r in again.rows} == {"reused"}

@@ -46,7 +46,7 @@ def build_pipeline(default_recipe: Recipe):
 
         Args:
             recipe_json: The full recipe as JSON (see `posttrain validate --schema`); the fields below override it.
-            algorithm: Branch after the reward model: grpo, rloo or ppo (async RL) or dpo.
+            algorithm: Branch after the reward model: grpo, rloo or ppo (async RL) or dpo. Required.
             model_name_or_path: Base model: an HF model id or a path visible to the pipeline's pods.
             overrides: Recipe overrides as a list of "dotted.key=value" strings, e.g. ["rl.max_steps=50"].
             parent_run_id: MLflow parent run to nest stage runs under; empty = a new run.
@@ -57,10 +57,12 @@ def build_pipeline(default_recipe: Recipe):
         b = c.base(recipe_json=rj, parent_run_id=parent)
         s = c.sft(recipe_json=rj, model=b.outputs["Output"], parent_run_id=parent)
         r = c.reward(recipe_json=rj, model=s.outputs["Output"], parent_run_id=parent)
-        with dsl.If(p.outputs["branch"] == "rl", name="rl-branch"):
+        # Branch on the pipeline parameter (kfp.local cannot resolve a task output in a condition); ``plan``
+        # applies the same parameter to the recipe, so the branch and the recipe agree.
+        with dsl.If(algorithm != "dpo", name="rl-branch"):
             t = c.rl(recipe_json=rj, model=s.outputs["Output"], reward_model=r.outputs["Output"], parent_run_id=parent)
             _tail(c, p, t, b, r, reference=None)
-        with dsl.If(p.outputs["branch"] == "dpo", name="dpo-branch"):
+        with dsl.If(algorithm == "dpo", name="dpo-branch"):
             d = c.dpo(recipe_json=rj, model=s.outputs["Output"], parent_run_id=parent)
             _tail(c, p, d, b, r, reference=s.outputs["Output"])
 

@@ -80,13 +80,16 @@ def run_pipeline(recipe: Recipe, recipe_path: str | None = None, fresh: bool = F
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*non-Python base image.*")
-            pipeline(recipe_json=recipe.to_json(), parent_run_id=parent)
+            pipeline(recipe_json=recipe.to_json(), algorithm=recipe.algorithm, parent_run_id=parent)
     except Exception as err:  # noqa: BLE001 - reported in the summary, run marked FAILED
         error, failed = f"{type(err).__name__}: {err}", _failed_stage(err)
-    status = "FAILED" if error else "FINISHED"
-    tracking.end_parent_run(parent, status)
     stages = {s: stage_dir(recipe, s) for s in _stage_order(recipe)}
-    summary = Summary(ok=not error, rows=collect(stages, started, failed), parent_run_id=parent, error=error)
+    rows = collect(stages, started, failed)
+    missing = [r.stage for r in rows if r.status not in ("ran", "reused")]
+    if missing and not error:  # never report success for a DAG that silently skipped steps
+        error = f"the pipeline finished but these stages did not run: {', '.join(missing)}"
+    summary = Summary(ok=not error, rows=rows, parent_run_id=parent, error=error)
+    tracking.end_parent_run(parent, "FAILED" if error else "FINISHED")
     summary.notes.append(f"pipeline wall time: {time.time() - t0:.1f} s")
     render(summary, recipe.tracking.uri)
     return summary

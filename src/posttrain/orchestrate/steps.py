@@ -120,11 +120,12 @@ def plan_run(recipe_json: str, algorithm: str = "", model_name_or_path: str = ""
     from collections import namedtuple
 
     from posttrain import tracking
-    from posttrain.recipe import apply_overrides, validate_recipe
+    from posttrain.recipe import RecipeError, RecipeProblem, apply_overrides, validate_recipe
 
     raw = json.loads(recipe_json)
-    if algorithm:
-        raw["algorithm"] = algorithm
+    if not algorithm:
+        raise RecipeError([RecipeProblem("algorithm", algorithm, "the pipeline's branch parameter is required: grpo, rloo, ppo or dpo")], "pipeline parameters")
+    raw["algorithm"] = algorithm
     if model_name_or_path:
         raw.setdefault("model", {})["name_or_path"] = model_name_or_path
     recipe = validate_recipe(apply_overrides(raw, [str(o) for o in overrides or []]), "pipeline parameters")

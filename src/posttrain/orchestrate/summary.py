@@ -7,17 +7,17 @@ from pathlib import Path
 
 from posttrain.artifacts import read_manifest
 
-# The metric a reader looks at first, per stage (first one present wins).
-KEY_METRICS = {
-    "base": ("base/gsm8k_accuracy", "gsm8k_accuracy"),
-    "sft": ("eval_loss", "sft/eval_loss", "train_loss_last", "train/loss_last"),
-    "reward": ("rm_pairwise_accuracy", "eval/pairwise_accuracy", "pairwise_accuracy"),
-    "dpo": ("dpo_reward_accuracy", "dpo_margin"),
-    "rl": ("reward_last_fifth", "reward/last_fifth", "reward_mean"),
-    "evaluate": ("final/gsm8k_accuracy",),
-    "register": ("version",),
+# The metric a reader looks at first, per stage: a name, or (before, after, label) shown as "label a -> b".
+KEY_METRICS: dict[str, tuple] = {
+    "base": ("gsm8k_accuracy",),
+    "sft": (("heldout_loss_before", "heldout_loss_after", "held-out loss"),),
+    "reward": (("pairwise_accuracy_before", "pairwise_accuracy", "pairwise acc"), "pairwise_accuracy"),
+    "dpo": ("reward_accuracy", "dpo_reward_accuracy", "margin"),
+    "rl": (("reward_first_fifth", "reward_last_fifth", "reward"), "reward_final"),
+    "evaluate": (("base/gsm8k_accuracy", "final/gsm8k_accuracy", "GSM8K acc"), "final/gsm8k_accuracy"),
+    "register": ("register/version",),
     "gate": ("gate/passed",),
-    "push": ("files", "push/files"),
+    "push": ("push/files",),
 }
 
 
@@ -42,7 +42,11 @@ class Summary:
 
 def _key_metric(stage: str, metrics: dict) -> str:
     for name in KEY_METRICS.get(stage, ()):
-        if name in metrics:
+        if isinstance(name, tuple):
+            before, after, label = name
+            if before in metrics and after in metrics:
+                return f"{label} {_fmt(metrics[before])} -> {_fmt(metrics[after])}"
+        elif name in metrics:
             return f"{name}={_fmt(metrics[name])}"
     if metrics:
         k = sorted(metrics)[0]
@@ -64,7 +68,8 @@ def collect(stage_dirs: dict[str, Path], started_at: str, failed: str | None = N
             continue
         res = m.get("result", {})
         status = "ran" if m.get("finished_at", "") >= started_at else "reused"
-        art = next(iter(res.get("artifacts", {}).values()), str(d))
+        arts = res.get("artifacts", {})
+        art = arts.get("model") or next(iter(arts.values()), str(d))
         rows.append(StageRow(stage, status, float(res.get("wall_s") or 0.0), _key_metric(stage, res.get("metrics", {})),
                              art, res.get("mlflow_run_id") or ""))
     return rows
@@ -78,6 +83,8 @@ def render(summary: Summary, tracking_uri: str) -> None:
     from posttrain.tracking import redact_uri
 
     con = Console()
+    if not con.is_terminal:
+        con = Console(width=150)
     t = Table(title="posttrain run summary" + ("" if summary.ok else " (FAILED)"))
     for col in ("stage", "status", "wall s", "key metric", "artifact", "MLflow run"):
         t.add_column(col, overflow="fold")
