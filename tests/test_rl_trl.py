@@ -27,5 +27,5 @@ def test_trl_engine_through_the_rl_stage(tmp_path, stories260k, shared_data):
     assert all(r["samples"] == 4 for r in data["history"])
     # 8 tokens of story text almost always contain a space: the keyword reward is computed by our Scorer
     assert data["history"][0]["reward_mean"] > 0.5
-    assert (out / "model" / "config.json").is_file() and result.metrics["rl/steps"] == 2.0
+    assert (out / "model" / "config.json").is_file() and result.metrics["steps"] == 2.0
     assert json.loads((out / "manifest.json").read_text())["recipe_hash"] == recipe.hash()

@@ -63,7 +63,7 @@ def run_actor(ctx) -> None:
     setup = _build_actor(ctx)
     engine, rl = setup["engine"], ctx.recipe.rl
     targets = engine.sync_targets()
-    receiver = WeightReceiver(targets, src=ctx.learner_ranks[0], group=ctx.weights_group,
+    receiver = WeightReceiver(targets, src=ctx.lead_learner, group=ctx.weights_group,
                               bucket_mib=rl.weight_bucket_mib)
     inbox = WeightInbox()
     thread = threading.Thread(target=inbox.run, args=(receiver,), daemon=True, name="weights")
@@ -88,10 +88,10 @@ def run_actor(ctx) -> None:
         batch = _rollout(ctx, setup, version, bp.produced)
         batch.wait_seconds = waited
         t_send = time.perf_counter()
-        send_batch(batch, dst=ctx.learner_ranks[0], group=ctx.rollout_group)
+        send_batch(batch, dst=ctx.learner_of(ctx.rank), group=ctx.rollout_group)
         waited = time.perf_counter() - t_send
         bp.record_batch()
-    send_batch(None, dst=ctx.learner_ranks[0], group=ctx.rollout_group)
+    send_batch(None, dst=ctx.learner_of(ctx.rank), group=ctx.rollout_group)
     thread.join(timeout=10)
 
 

@@ -3,7 +3,9 @@
 Started by torchrun (``launch.py``), one process per rank. Ranks ``0 .. num_learners-1`` are learners, the rest
 actors. Process groups: the default group (gloo on CPU, NCCL on GPU), a gloo group of all ranks for rollout
 messages, and a weights group (learner 0 + actors) for the weight broadcast. Every collective times out after
-``rl.collective_timeout_s``. A rank that fails writes ``<out>/.ranks/rank<N>.json`` (role, error, traceback)
+``rl.collective_timeout_s``. With several learners, each trains on the rollouts of its own actors and the
+gradients are summed over the learner group (loss denominators are global), so all learners take the same step;
+learner 0 broadcasts weights, logs and saves. A rank that fails writes ``<out>/.ranks/rank<N>.json`` (role, error, traceback)
 before exiting non-zero, so the launcher can say which rank died and what it said.
 """
 
@@ -41,9 +43,9 @@ def init_groups(recipe, device: str):
     rank, world = dist.get_rank(), dist.get_world_size()
     if world != rl.num_learners + rl.num_actors:
         raise JobError(f"world size {world} != rl.num_learners + rl.num_actors = {rl.num_learners + rl.num_actors}")
-    if rl.num_learners != 1:
-        raise JobError(f"rl.num_learners={rl.num_learners}: this engine runs one learner rank for now; set it to 1 "
-                       "and scale generation with rl.num_actors")
+    if rl.num_actors % rl.num_learners:
+        raise JobError(f"rl.num_actors={rl.num_actors} must be a multiple of rl.num_learners={rl.num_learners} "
+                       "(each learner trains on the rollouts of its own actors)")
     learners, actors = list(range(rl.num_learners)), list(range(rl.num_learners, world))
     rollout = dist.new_group(backend="gloo", timeout=timeout)
     weights = dist.new_group(ranks=[learners[0]] + actors, timeout=timeout)

@@ -49,6 +49,9 @@ class LaunchSpec:
 def build_launch_spec(recipe, model_path: str, out_dir: str, reward_model_path: str | None = None) -> LaunchSpec:
     """Describe the job for ``recipe`` (writes the recipe JSON to ``<out_dir>/.job/recipe.json``)."""
     rl = recipe.rl
+    if rl.num_actors % rl.num_learners:
+        raise JobError(f"rl.num_actors={rl.num_actors}: must be a multiple of rl.num_learners={rl.num_learners} "
+                       "(each learner trains on the rollouts of its own actors); change one of them")
     job_dir = Path(out_dir) / ".job"
     job_dir.mkdir(parents=True, exist_ok=True)
     recipe_file = job_dir / "recipe.json"
@@ -139,7 +142,7 @@ def run_job(recipe, model_path: str, out_dir: str, reward_model_path: str | None
     spec = build_launch_spec(recipe, model_path, out_dir, reward_model_path)
     launch_local(spec)
     data = json.loads((Path(out_dir) / "metrics.json").read_text())
-    metrics = {f"rl/{k}": float(v) for k, v in data["summary"].items()}
+    metrics = {k: float(v) for k, v in data["summary"].items()}
     inputs = {"model": sha256_tree(model_path) if Path(model_path).exists() else str(model_path)}
     if reward_model_path:
         inputs["reward_model"] = sha256_tree(reward_model_path)

@@ -40,10 +40,12 @@ class LearnerConfig:
 class Learner:
     """Holds the policy (optionally PEFT-wrapped), the reference, the PPO value head and the optimizer."""
 
-    def __init__(self, model, cfg: LearnerConfig, lr: float, ref_model=None, value_head=None):
+    def __init__(self, model, cfg: LearnerConfig, lr: float, ref_model=None, value_head=None, group=None):
+        """``group``: torch.distributed group of all learner ranks (None or size 1 = a single learner)."""
         import torch
 
         self.model, self.cfg, self.ref_model, self.value_head = model, cfg, ref_model, value_head
+        self.group = group if group is not None and _group_size(group) > 1 else None
         params = [p for p in model.parameters() if p.requires_grad]
         if value_head is not None:
             params += list(value_head.parameters())
@@ -128,14 +130,15 @@ class Learner:
         self.model.train()
         adv, returns = self.advantages(batch)
         B = batch.num_rows
-        num_tokens = float(batch.completion_mask.sum().clamp(min=1))
+        num_tokens, num_seqs = self._all_sum([float(batch.completion_mask.sum()), float(B)])
+        num_tokens = max(num_tokens, 1.0)
         chunks = torch.arange(B).chunk(min(self.cfg.grad_accum, B))
         total: dict = {"loss": 0.0}
         for idx in chunks:
             mb = batch.rows(idx)
             a = adv[idx] if returns is None else adv[idx][:, :mb.completion_ids.shape[1]]
             r = None if returns is None else returns[idx][:, :mb.completion_ids.shape[1]]
-            loss, st = self.micro_loss(mb, a, r, num_tokens, float(B))
+            loss, st = self.micro_loss(mb, a, r, num_tokens, num_seqs)
             loss.backward()
             total["loss"] += float(loss.detach())
             for k, v in st.items():
@@ -151,15 +154,73 @@ class Learner:
         t0 = time.perf_counter()
         self.optimizer.zero_grad(set_to_none=True)
         st = self.accumulate(batch)
+        st = self._sync_grads_and_stats(st)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm)
         self.optimizer.step()
         n = max(st.pop("tokens"), 1)
         grouped = batch.rewards.view(-1, batch.n)
+        r = batch.rewards.double()
+        zero = zero_std_fraction(grouped) * grouped.shape[0]
+        rs, rsq, rn, zs, ng = self._all_sum([float(r.sum()), float((r * r).sum()), float(r.numel()), zero,
+                                             float(grouped.shape[0])])
+        var = max(rsq / rn - (rs / rn) ** 2, 0.0) * rn / max(rn - 1, 1)
         out = {"loss": st["loss"], "policy_loss": st["policy_loss"], "clip_fraction": st["clip_fraction"] / n,
                "iw_mean": st["iw_mean"] / n, "iw_max": st["iw_max"], "entropy": st["entropy"] / n,
-               "kl": st.get("kl", 0.0), "grad_norm": float(grad_norm),
-               "reward_mean": float(batch.rewards.mean()), "reward_std": float(batch.rewards.std()) if batch.num_rows > 1 else 0.0,
-               "zero_std_groups": zero_std_fraction(grouped), "train_s": time.perf_counter() - t0}
+               "kl": st.get("kl", 0.0), "grad_norm": float(grad_norm), "reward_mean": rs / rn,
+               "reward_std": var ** 0.5, "zero_std_groups": zs / ng, "samples": int(rn), "tokens": int(n),
+               "train_s": time.perf_counter() - t0}
         if "value_loss" in st:
             out["value_loss"] = st["value_loss"]
         return out
+
+    # ------------------------------------------------------------------ several learners
+    def _all_sum(self, values: list[float]) -> list[float]:
+        """Sum ``values`` over the learner group (identity for one learner)."""
+        if self.group is None:
+            return values
+        import torch
+        import torch.distributed as dist
+
+        t = torch.tensor(values, dtype=torch.float64)
+        dist.all_reduce(t, group=self.group)
+        return t.tolist()
+
+    def _sync_grads_and_stats(self, st: dict) -> dict:
+        """Sum gradients (each learner's loss already uses global denominators) and loss stats over learners."""
+        if self.group is None:
+            return st
+        import torch
+        import torch.distributed as dist
+
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat, group=self.group)
+        off = 0
+        for p, g in zip(self.params, grads):
+            p.grad = flat[off:off + g.numel()].view_as(g).clone()
+            off += g.numel()
+        keys = sorted(k for k in st if k != "iw_max")
+        summed = dict(zip(keys, self._all_sum([st[k] for k in keys])))
+        mx = torch.tensor([st.get("iw_max", 0.0)], dtype=torch.float64)
+        dist.all_reduce(mx, op=dist.ReduceOp.MAX, group=self.group)
+        return {**summed, "iw_max": float(mx)}
+
+
+    def param_spread(self) -> float:
+        """max - min over learners of the sum of all trainable parameters (0.0 when they are in step)."""
+        if self.group is None:
+            return 0.0
+        import torch
+        import torch.distributed as dist
+
+        with torch.no_grad():
+            total = float(sum(p.double().sum() for p in self.params))
+        t = torch.tensor([total, -total], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group)
+        return float(t[0] + t[1])
+
+
+def _group_size(group) -> int:
+    import torch.distributed as dist
+
+    return dist.get_world_size(group)

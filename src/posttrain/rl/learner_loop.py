@@ -30,7 +30,7 @@ def _receive_forever(src: int, group, q: queue.Queue) -> None:
 
 def start_receivers(ctx) -> queue.Queue:
     q: queue.Queue = queue.Queue()
-    for a in ctx.actor_ranks:
+    for a in ctx.my_actors():
         threading.Thread(target=_receive_forever, args=(a, ctx.rollout_group, q), daemon=True,
                          name=f"recv-{a}").start()
     return q
@@ -52,10 +52,10 @@ def _get(q: queue.Queue, timeout: float):
 
 
 def collect(ctx, q: queue.Queue, filt: StalenessFilter, version: int) -> list:
-    """Batches for one step: at least ``rl.prompts_per_step`` groups of acceptable staleness."""
+    """Batches for one step: at least this learner's share of ``rl.prompts_per_step`` groups, none too stale."""
     rl = ctx.recipe.rl
     got, groups = [], 0
-    while groups < rl.prompts_per_step:
+    while groups < ctx.groups_per_learner_step():
         b = _get(q, rl.collective_timeout_s)
         if filt.accept(b.policy_version, version, b.num_samples):
             got.append(b)
@@ -65,7 +65,7 @@ def collect(ctx, q: queue.Queue, filt: StalenessFilter, version: int) -> list:
 
 def drain(ctx, q: queue.Queue) -> None:
     """After STOP: consume until every actor has sent end-of-stream."""
-    open_actors = set(ctx.actor_ranks)
+    open_actors = set(ctx.my_actors())
     while open_actors:
         src, item, _ = q.get(timeout=ctx.recipe.rl.collective_timeout_s)
         if item is None or isinstance(item, BaseException):
@@ -81,12 +81,13 @@ def run_learner(ctx) -> None:
     from posttrain.rl.weights import WeightBroadcaster, synced_parameters
 
     rl = ctx.recipe.rl
+    lead = ctx.rank == ctx.lead_learner
     learner, tok = build_learner(ctx)
     q = start_receivers(ctx)
     bcast = WeightBroadcaster(synced_parameters(learner.model), src=ctx.rank, group=ctx.weights_group,
-                              bucket_mib=rl.weight_bucket_mib)
+                              bucket_mib=rl.weight_bucket_mib) if lead else None
     filt = StalenessFilter(ctx.effective_staleness())
-    meter = StepMeter(ctx)
+    meter = StepMeter(ctx, enabled=lead)
     version = 0
     with meter.tracking():
         for step in range(rl.max_steps):
@@ -96,9 +97,13 @@ def run_learner(ctx) -> None:
             wait_s = time.perf_counter() - t0
             m = learner.train_step(collate(batches, tok.pad_token_id))
             version += 1
-            m["learner_probe"] = probe_logprob(learner.model, tok)
-            sync = bcast.broadcast(version)
-            meter.step(step, version, batches, m, wait_s, sync, depth, filt)
-        bcast.stop()
+            m["learner_param_spread"] = learner.param_spread()  # collective: every learner calls it
+            if lead:
+                m["learner_probe"] = probe_logprob(learner.model, tok)
+                sync = bcast.broadcast(version)
+                meter.step(step, version, batches, m, wait_s, sync, depth, filt)
+        if lead:
+            bcast.stop()
         drain(ctx, q)
-        meter.finish(learner, tok)
+        if lead:
+            meter.finish(learner, tok)

@@ -36,4 +36,6 @@ def build_learner(ctx):
             ref = load_causal_lm(ctx.model_path, r.model.dtype).to(ctx.device).eval()
             ref.requires_grad_(False)
     head = value_head(model).to(ctx.device) if r.algorithm == "ppo" else None
-    return Learner(model, learner_config(r), r.rl.learning_rate, ref_model=ref, value_head=head), tok
+    learner = Learner(model, learner_config(r), r.rl.learning_rate, ref_model=ref, value_head=head,
+                      group=ctx.learner_group)
+    return learner, tok

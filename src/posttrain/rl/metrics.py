@@ -16,8 +16,9 @@ import time
 
 
 class StepMeter:
-    def __init__(self, ctx):
-        self.ctx, self.history, self.run_id = ctx, [], None
+    def __init__(self, ctx, enabled: bool = True):
+        """``enabled=False`` (learners other than rank 0): no MLflow run, no output."""
+        self.ctx, self.history, self.run_id, self.enabled = ctx, [], None, enabled
         self.t_last = self.t_start = time.perf_counter()
 
     @contextlib.contextmanager
@@ -26,6 +27,9 @@ class StepMeter:
         launcher from the step lines (ranks write to a pipe, not a terminal)."""
         from posttrain import tracking
 
+        if not self.enabled:
+            yield self
+            return
         r = self.ctx.recipe
         params = {f"rl.{k}": v for k, v in r.rl.model_dump().items() if k != "rewards"}
         params.update({"algorithm": r.algorithm, "recipe_hash": r.hash(), "actors": len(self.ctx.actor_ranks)})
@@ -39,8 +43,7 @@ class StepMeter:
 
         now = time.perf_counter()
         wall, self.t_last = now - self.t_last, now
-        samples = sum(b.num_samples for b in batches)
-        tokens = sum(b.num_generated_tokens for b in batches)
+        samples, tokens = m.pop("samples"), m.pop("tokens")  # over all learners
         gen = sum(b.gen_seconds for b in batches)
         idle = sum(b.wait_seconds for b in batches)
         st = filt.pop_window()
@@ -77,9 +80,9 @@ class StepMeter:
         steady_s = max(sum(r["step_s"] for r in steady), 1e-9)
         return {
             "steps": len(h), "wall_s": total_s,
-            "reward_mean_final": h[-1]["reward_mean"] if h else 0.0,
-            "reward_mean_first_fifth": mean(h[:k], "reward_mean"),
-            "reward_mean_last_fifth": mean(h[-k:], "reward_mean"),
+            "reward_final": h[-1]["reward_mean"] if h else 0.0,
+            "reward_first_fifth": mean(h[:k], "reward_mean"),
+            "reward_last_fifth": mean(h[-k:], "reward_mean"),
             "samples_per_s": sum(r["samples"] for r in steady) / steady_s,
             "gen_tokens_per_s": sum(r["gen_tokens"] for r in steady) / steady_s,
             "sync_ms_mean": mean(h, "sync_ms"), "staleness_mean": mean(h, "staleness_mean"),
