@@ -340,6 +340,7 @@ def _alias_order(alias: str) -> tuple:
 
 def _key_metrics(metrics: Mapping[str, float], limit: int = 4) -> str:
     keys = [k for k in sorted(metrics) if k.startswith("final/")] or sorted(metrics)
+    keys.sort(key=lambda k: "gsm8k_accuracy" not in k)  # the headline metric first (stable sort keeps the rest)
     return ", ".join(f"{k.removeprefix('final/')}={metrics[k]:.4g}" for k in keys[:limit]) or "-"
 
 
