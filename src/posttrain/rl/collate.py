@@ -44,7 +44,8 @@ def collate(batches, pad_id: int) -> TrainBatch:
 
     ns = {_group_size(b) for b in batches}
     if len(ns) != 1:
-        raise ValueError(f"rollout batches have different group sizes {sorted(ns)}; all actors must use rl.num_generations")
+        raise ValueError(f"rollout batches have different group sizes {sorted(ns)}; "
+                         "all actors must use rl.num_generations")
     P = max(b.prompt_ids.shape[1] for b in batches)
     T = max(b.completion_ids.shape[1] for b in batches)
 

@@ -5,7 +5,8 @@ actors. Process groups: the default group (gloo on CPU, NCCL on GPU), a gloo gro
 messages, and a weights group (learner 0 + actors) for the weight broadcast. Every collective times out after
 ``rl.collective_timeout_s``. With several learners, each trains on the rollouts of its own actors and the
 gradients are summed over the learner group (loss denominators are global), so all learners take the same step;
-learner 0 broadcasts weights, logs and saves. A rank that fails writes ``<out>/.ranks/rank<N>.json`` (role, error, traceback)
+learner 0 broadcasts weights, logs and saves. A rank that fails writes ``<out>/.ranks/rank<N>.json`` (role, error,
+traceback)
 before exiting non-zero, so the launcher can say which rank died and what it said.
 """
 

@@ -64,12 +64,14 @@ class StepMeter:
 
     @staticmethod
     def line(r: dict) -> str:
-        return (f"[rl] step {r['step']:>4} v{r['policy_version']} reward {r['reward_mean']:+.3f}±{r['reward_std']:.3f} "
+        return (f"[rl] step {r['step']:>4} v{r['policy_version']} "
+                f"reward {r['reward_mean']:+.3f}±{r['reward_std']:.3f} "
                 f"loss {r['loss']:+.4f} kl {r['kl']:.4f} ent {r['entropy']:.2f} clip {r['clip_fraction']:.2f} "
                 f"iw {r['iw_mean']:.3f}/{r['iw_max']:.2f} | {r['samples_per_s']:.1f} samp/s "
                 f"{r['gen_tokens_per_s']:.0f} tok/s actor {r['actor_busy_pct']:.0f}% learner "
                 f"{r['learner_busy_pct']:.0f}% q{r['queue_depth']} stale {r['staleness_mean']:.1f}/"
-                f"{r['staleness_max']} drop {r['dropped']} sync {r['sync_ms']:.1f}ms zero-std {r['zero_std_groups']:.2f}")
+                f"{r['staleness_max']} drop {r['dropped']} sync {r['sync_ms']:.1f}ms "
+                f"zero-std {r['zero_std_groups']:.2f}")
 
     def summary(self) -> dict:
         h = self.history

@@ -14,7 +14,8 @@ def vllm_usable() -> bool:
     return torch.cuda.is_available()
 
 
-def make_engine(backend: str, model, tokenizer, stop_ids: list[int], device: str = "cpu", model_path: str | None = None):
+def make_engine(backend: str, model, tokenizer, stop_ids: list[int], device: str = "cpu",
+                model_path: str | None = None):
     """Build a ``GenerationEngine``. ``backend``: 'auto' (vllm when usable, else hf) | 'hf' | 'vllm'.
 
     Raises ValueError when 'vllm' is requested but not usable.

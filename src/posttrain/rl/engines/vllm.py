@@ -6,7 +6,8 @@ on the development machine).
   model distribution; we ask for ``logprobs_mode="processed_logprobs"`` (vLLM >= 0.10.2) so they are under the
   temperature/top-p distribution the token was drawn from, as the HF backend does.
 - Weights: the learner's packed buckets are unflattened on the actor and passed as ``(name, tensor)`` pairs to
-  the model's ``load_weights`` via ``LLM.collective_rpc`` (the documented RLHF weight-update path). LoRA
+  the model's ``load_weights`` via ``LLM.collective_rpc`` (the documented RLHF weight-update path), with
+  ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` so the engine runs in the actor's process. LoRA
   adapters would instead be saved and loaded as a ``LoRARequest``; not implemented in this stub.
 """
 
@@ -18,6 +19,10 @@ from posttrain.rl.engines.base import Generation, GenerationEngine
 class VLLMEngine(GenerationEngine):
     def __init__(self, model_path: str, tokenizer, stop_ids: list[int], sync_param_names: list[str],
                  gpu_memory_utilization: float = 0.5):
+        import os
+
+        # keep vLLM's engine in this process, so weight tensors received here can be loaded without a copy
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         from vllm import LLM
 
         self.llm = LLM(model=model_path, gpu_memory_utilization=gpu_memory_utilization, enable_prefix_caching=True,
