@@ -19,7 +19,8 @@ from posttrain.rl.weights import STOP
 class WeightInbox:
     """The latest weights received by the background thread (thread-safe)."""
 
-    def __init__(self):
+    def __init__(self, on_error=None):
+        self.on_error = on_error  # called with the exception, in the thread, the moment it happens
         self.cond = threading.Condition()
         self.pending = None      # (version, flats) not yet applied
         self.stopped = False
@@ -38,6 +39,8 @@ class WeightInbox:
                 if version == STOP:
                     return
         except BaseException as exc:  # noqa: BLE001 - surfaced in the main thread
+            if self.on_error is not None:
+                self.on_error(exc)
             with self.cond:
                 self.error, self.stopped = exc, True
                 self.cond.notify_all()
@@ -65,7 +68,9 @@ def run_actor(ctx) -> None:
     targets = engine.sync_targets()
     receiver = WeightReceiver(targets, src=ctx.lead_learner, group=ctx.weights_group,
                               bucket_mib=rl.weight_bucket_mib)
-    inbox = WeightInbox()
+    from posttrain.rl.failures import record_failure
+
+    inbox = WeightInbox(lambda exc: record_failure(ctx.out_dir, ctx.rank, "actor", exc, where="weights"))
     thread = threading.Thread(target=inbox.run, args=(receiver,), daemon=True, name="weights")
     thread.start()
     torch.manual_seed(ctx.recipe.seed * 1000 + ctx.rank)

@@ -13,10 +13,8 @@ before exiting non-zero, so the launcher can say which rank died and what it sai
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import traceback
 from pathlib import Path
 
 
@@ -66,13 +64,6 @@ def _device(rank_local: int) -> str:
     return "cpu"
 
 
-def _record_failure(out: str, rank: int, role: str, exc: BaseException) -> None:
-    d = Path(out) / ".ranks"
-    d.mkdir(parents=True, exist_ok=True)
-    info = {"rank": rank, "role": role, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
-    (d / f"rank{rank}.json").write_text(json.dumps(info, indent=2))
-
-
 def main(argv=None) -> int:
     import torch
 
@@ -100,7 +91,9 @@ def main(argv=None) -> int:
         dist.destroy_process_group()
         return 0
     except BaseException as exc:  # noqa: BLE001 - recorded for the launcher, then re-raised
-        _record_failure(args.out, rank, role, exc)
+        from posttrain.rl.failures import record_failure
+
+        record_failure(args.out, rank, role, exc)
         print(f"[rank {rank} {role}] FAILED: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         raise
 

@@ -36,6 +36,7 @@ class LaunchSpec:
     resources: dict[str, float] = field(default_factory=dict)
     out_dir: str = ""
     max_steps: int = 0
+    collective_timeout_s: float = 600.0
 
     def torchrun_argv(self) -> list[str]:
         """The local launch command: ``python -m torch.distributed.run --standalone ... -m posttrain.rl.job ...``."""
@@ -64,7 +65,7 @@ def build_launch_spec(recipe, model_path: str, out_dir: str, reward_model_path: 
     env = {"OMP_NUM_THREADS": str(rl.threads_per_rank), "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
     return LaunchSpec(name=f"{recipe.name}-rl", nproc_per_node=n, nnodes=1, roles=roles, command=cmd, env=env,
                       resources={"cpu": float(rl.threads_per_rank), "gpu": 0.0, "memory_gib": 4.0},
-                      out_dir=str(out_dir), max_steps=rl.max_steps)
+                      out_dir=str(out_dir), max_steps=rl.max_steps, collective_timeout_s=rl.collective_timeout_s)
 
 
 def launch_local(spec: LaunchSpec, echo: bool = True) -> None:
@@ -72,10 +73,9 @@ def launch_local(spec: LaunchSpec, echo: bool = True) -> None:
 
     Raises ``JobError`` naming the failed rank, its role and its error message.
     """
-    errs = Path(spec.out_dir) / ".ranks"
-    if errs.exists():
-        for f in errs.glob("rank*.json"):
-            f.unlink()
+    from posttrain.rl.failures import clear_failures
+
+    clear_failures(spec.out_dir)
     env = {**os.environ, **spec.env}
     tail: deque[str] = deque(maxlen=60)
     proc = subprocess.Popen(spec.torchrun_argv(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
@@ -114,16 +114,33 @@ def _progress(spec: LaunchSpec, echo: bool):
 
 
 def failure_message(spec: LaunchSpec, rc: int, tail: list[str]) -> str:
-    """Which rank failed first and what it said (from ``<out>/.ranks/rank<N>.json``), else the output tail."""
-    files = sorted((Path(spec.out_dir) / ".ranks").glob("rank*.json"), key=lambda p: p.stat().st_mtime)
-    if files:
-        infos = [json.loads(f.read_text()) for f in files]
+    """Which rank failed first and what it said (``failures.read_failures``), else torchrun's root cause."""
+    from posttrain.rl.failures import read_failures
+
+    infos = read_failures(spec.out_dir)
+    if infos:
         first = infos[0]
-        others = "".join(f"; then rank {i['rank']} ({i['role']}): {i['error'][:200]}" for i in infos[1:])
-        return (f"RL job {spec.name!r} failed: rank {first['rank']} ({first['role']}) raised {first['error']}"
-                f"{others}\n--- rank {first['rank']} traceback ---\n{first['traceback'][-3000:]}")
-    return (f"RL job {spec.name!r} failed (torchrun exit code {rc}) and no rank recorded an error (killed, out of "
-            "memory, or a collective timed out)\n--- last output ---\n" + "\n".join(tail[-30:]))
+        where = "" if first.get("where", "main") == "main" else f" in {first['where']}"
+        others = "".join(f"; then rank {i['rank']} ({i['role']}): {i['error'][:160]}" for i in infos[1:3])
+        hint = (f" [a collective exceeded rl.collective_timeout_s={spec.collective_timeout_s:g} s; raise it if a "
+                "step or a generation batch legitimately takes longer]") if "Timed out" in first["error"] else ""
+        return (f"RL job {spec.name!r} failed: rank {first['rank']} ({first['role']}){where} raised {first['error']}"
+                f"{hint}{others}\n--- rank {first['rank']} traceback ---\n{first['traceback'][-3000:]}")
+    cause = _torchrun_root_cause(spec, tail)
+    return (f"RL job {spec.name!r} failed (torchrun exit code {rc}){cause} and no rank recorded an error (killed, "
+            "out of memory, or a native crash)\n--- last output ---\n" + "\n".join(tail[-30:]))
+
+
+def _torchrun_root_cause(spec: LaunchSpec, tail: list[str]) -> str:
+    """``': rank N (role) exitcode E'`` from torchrun's "Root Cause" block, or ''."""
+    text = "\n".join(tail)
+    block = text.split("Root Cause", 1)[-1] if "Root Cause" in text else ""
+    rank = re.search(r"rank\s*:\s*(\d+)", block)
+    code = re.search(r"exitcode\s*:\s*(-?\d+)[^\n]*", block)
+    if not rank:
+        return ""
+    role = spec.roles.get(int(rank.group(1)), "?")
+    return f": rank {rank.group(1)} ({role}) exited with {code.group(0).split(':', 1)[1].strip() if code else '?'}"
 
 
 def run_job(recipe, model_path: str, out_dir: str, reward_model_path: str | None = None):

@@ -15,23 +15,25 @@ import time
 from posttrain.rl.buffer import StalenessFilter
 
 
-def _receive_forever(src: int, group, q: queue.Queue) -> None:
+def _receive_forever(ctx, src: int, q: queue.Queue) -> None:
+    from posttrain.rl.failures import record_failure
     from posttrain.rl.transport import recv_batch
 
     try:
         while True:
-            b = recv_batch(src, group)
+            b = recv_batch(src, ctx.rollout_group)
             q.put((src, b, time.perf_counter()))
             if b is None:
                 return
-    except BaseException as exc:  # noqa: BLE001 - surfaced by the main thread
+    except BaseException as exc:  # noqa: BLE001 - recorded now, raised by the main thread
+        record_failure(ctx.out_dir, ctx.rank, "learner", exc, where=f"recv-from-{src}")
         q.put((src, exc, time.perf_counter()))
 
 
 def start_receivers(ctx) -> queue.Queue:
     q: queue.Queue = queue.Queue()
     for a in ctx.my_actors():
-        threading.Thread(target=_receive_forever, args=(a, ctx.rollout_group, q), daemon=True,
+        threading.Thread(target=_receive_forever, args=(ctx, a, q), daemon=True,
                          name=f"recv-{a}").start()
     return q
 
