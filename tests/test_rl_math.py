@@ -98,6 +98,15 @@ def test_decoupled_loss_with_clipped_proximal_ratio():
     assert torch.allclose(theta.grad, torch.tensor([-0.2083333, 0.2083333]), atol=1e-6)
 
 
+def test_decoupled_masks_tokens_whose_weight_exceeds_the_cap():
+    theta, logp, b, adv, mask = _toy()
+    prox = torch.log(torch.tensor([[0.45], [0.55]]))  # w = [1.125, .91667]
+    loss, st = policy_loss(logp, b, adv, mask, proximal_logp=prox, correction="decoupled", tis_cap=1.1)
+    # token 0 (w 1.125 > 1.1) is masked; token 1: +.91667 * (.5/.55) = .83333; mean over 2 tokens
+    assert float(loss) == pytest.approx(0.8333333 / 2, abs=1e-6)
+    assert st.iw_max == pytest.approx(0.9166667, abs=1e-6)
+
+
 def test_decoupled_equals_ppo_when_proximal_is_behaviour():
     torch.manual_seed(0)
     logits = torch.randn(3, 5, 7, requires_grad=True)

@@ -131,7 +131,7 @@ class RLSpec(_Strict):
     clip_eps_low: float = Field(0.2, ge=0.0, le=10.0, description="Lower PPO clip: ratio >= 1 - eps_low.")
     clip_eps_high: float = Field(0.28, ge=0.0, le=10.0, description="Upper PPO clip: ratio <= 1 + eps_high (DAPO clip-higher).")
     off_policy_correction: Literal["tis", "decoupled", "none"] = Field("tis", description="'tis': truncated importance sampling (cap tis_cap); 'decoupled': AReaL decoupled objective with a recomputed proximal policy; 'none'.")
-    tis_cap: float = Field(2.0, ge=1.0, le=1000.0, description="Cap C on importance weights for 'tis'.")
+    tis_cap: float = Field(2.0, ge=1.0, le=1000.0, description="Cap C on importance weights: 'tis' truncates them at C, 'decoupled' masks tokens above C.")
     scale_rewards: bool = Field(True, description="GRPO: divide group-centred rewards by the group std (off = Dr. GRPO).")
     loss_agg: Literal["token", "sequence"] = Field("token", description="'token': mean over all tokens of the batch (DAPO); 'sequence': mean per sequence, then over sequences (GRPO paper).")
     kl_coef: float = Field(0.0, ge=0.0, le=100.0, description="Weight of the KL penalty to the reference policy (0 = no reference model).")
