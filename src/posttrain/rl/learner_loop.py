@@ -4,6 +4,9 @@ For each step: take rollout batches from the receive queue (one per actor), drop
 ``max_staleness`` versions old, collate, one optimizer step, bump ``policy_version``, broadcast the weights
 to the actors, log one line of metrics. After the last step: STOP the actors, drain their streams, save the
 policy and ``metrics.json``.
+
+The receive queue (one thread per actor feeding it) needs no size limit of its own: the actors' backpressure
+rule (``buffer.Backpressure``) bounds it at ``(max_staleness + 1) x actors`` batches per learner.
 """
 
 from __future__ import annotations
