@@ -145,7 +145,7 @@ def test_sft_changes_weights_lowers_heldout_loss_and_the_loss_matches_a_recomput
         total, n = total + loss * k, n + k
     assert r.metrics["heldout_loss_after"] == pytest.approx(total / n, rel=1e-4)
     hist = __import__("mlflow").MlflowClient(recipe.tracking.uri).get_metric_history(r.mlflow_run_id, "sft/loss")
-    assert len(hist) == recipe.sft.max_steps  # logging_steps=1
+    assert len(hist) == recipe.sft.max_steps  # logging_steps=1 (step 1 is logged once)
     assert r.metrics["train_loss_first"] == pytest.approx(sorted(hist, key=lambda m: m.step)[0].value)
 
 

@@ -56,7 +56,7 @@ def train_args_kwargs(spec: Any, seed: int, output_dir: str) -> dict:
     """Keyword arguments shared by SFTConfig/RewardConfig/DPOConfig from a recipe ``TrainSpec``.
 
     No checkpoints (``save_strategy="no"``), no integrations (``report_to="none"``: the stage logs to MLflow
-    itself), CPU when no GPU is visible. bf16 autocast and gradient checkpointing only on a GPU (TRL turns both on
+    itself), the first step always logged (so ``train_loss_first`` is step 1's loss), CPU when no GPU is visible. bf16 autocast and gradient checkpointing only on a GPU (TRL turns both on
     by default; on a CPU bf16 autocast is slow and imprecise, and checkpointing only costs time).
     """
     import torch
@@ -67,6 +67,7 @@ def train_args_kwargs(spec: Any, seed: int, output_dir: str) -> dict:
         per_device_train_batch_size=spec.batch_size, per_device_eval_batch_size=spec.batch_size,
         gradient_accumulation_steps=spec.grad_accum, warmup_steps=spec.warmup_ratio,
         weight_decay=spec.weight_decay, max_grad_norm=spec.max_grad_norm, logging_steps=spec.logging_steps,
+        logging_first_step=True,
         seed=seed, data_seed=seed, report_to="none", save_strategy="no", use_cpu=not torch.cuda.is_available(),
         dataloader_num_workers=0, dataset_num_proc=None, disable_tqdm=False,
     )
@@ -163,8 +164,16 @@ def preference_split(recipe: Any, tokenizer: Any) -> tuple[list[dict], list[dict
 
 
 def heldout_preference(recipe: Any, tokenizer: Any) -> list[dict]:
-    """Only the held-out pairs of ``preference_split`` (the evaluate stage reuses the reward/DPO split)."""
-    return preference_split(recipe, tokenizer)[1]
+    """Only the held-out pairs of ``preference_split`` (the evaluate stage reuses the reward/DPO split); reads only
+    ``data.eval_preference`` when it is set."""
+    from posttrain.data import load_preference
+
+    d = recipe.data
+    if d.eval_preference is None:
+        return preference_split(recipe, tokenizer)[1]
+    held, _ = load_preference(d.eval_preference, tokenizer, recipe.model.max_seq_len, d.overlength, recipe.seed,
+                              field="data.eval_preference")
+    return cap_rows(held, recipe.evaluate.preference_pairs)
 
 
 def eval_prompt_rows(recipe: Any, tokenizer: Any) -> tuple[list[dict], Any]:

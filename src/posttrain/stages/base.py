@@ -24,7 +24,7 @@ def run(recipe: Recipe, inputs: dict[str, str], out_dir: str) -> StageResult:
 
     Raises ModelLoadError (model/tokenizer cannot be loaded), DataError (eval prompts), StageError.
     """
-    from posttrain import evaluation, models
+    from posttrain import models
     from posttrain.artifacts import atomic_dir
     from posttrain.stages import _common as c
     from posttrain.tracking import log_metrics, log_text, stage_run
@@ -40,19 +40,31 @@ def run(recipe: Recipe, inputs: dict[str, str], out_dir: str) -> StageResult:
         model_dir = Path(out_dir) / "model"
         with atomic_dir(model_dir) as tmp:
             models.save_model(model, tokenizer, str(tmp))
-        rows, report = c.eval_prompt_rows(recipe, tokenizer)
-        metrics = c.log_reports([report])
-        model.to(c.device())
-        gsm, records = evaluation.evaluate_gsm8k(model, tokenizer, rows, recipe.evaluate.max_new_tokens,
-                                                 recipe.evaluate.batch_size, models.stop_token_ids(tokenizer, model),
-                                                 desc="base gsm8k")
-        metrics.update({f"gsm8k_{k}" if k == "accuracy" else k: v for k, v in gsm.items()})
-        metrics["eval_prompts"] = float(len(rows))
-        log_metrics(metrics)
+        notes = list(warnings)
+        metrics = _baseline(recipe, model, tokenizer, notes)
         wall = time.time() - t0
-        log_metrics({"wall_s": wall})
+        log_metrics({**metrics, "wall_s": wall})
     artifacts = {"model": str(model_dir)}
-    c.write_manifest(out_dir, STAGE, recipe, inputs, metrics, artifacts, wall, run_id, list(warnings))
-    print(f"[posttrain] base: gsm8k_accuracy={metrics['gsm8k_accuracy']:.3f} format_rate={metrics['format_rate']:.3f} "
-          f"({len(rows)} prompts, {wall:.1f}s)", flush=True)
-    return StageResult(STAGE, metrics, artifacts, wall, run_id, list(warnings))
+    c.write_manifest(out_dir, STAGE, recipe, inputs, metrics, artifacts, wall, run_id, notes)
+    print(f"[posttrain] base: gsm8k_accuracy={metrics.get('gsm8k_accuracy', float('nan')):.3f} "
+          f"format_rate={metrics.get('format_rate', float('nan')):.3f} ({wall:.1f}s)", flush=True)
+    return StageResult(STAGE, metrics, artifacts, wall, run_id, notes)
+
+
+def _baseline(recipe: Recipe, model, tokenizer, notes: list[str]) -> dict[str, float]:  # noqa: ANN001
+    """Greedy GSM8K metrics of the base model on ``data.eval_prompts``; {} (with a note) when none are set."""
+    from posttrain import evaluation, models
+    from posttrain.stages import _common as c
+
+    if recipe.data.eval_prompts is None:
+        notes.append("data.eval_prompts is not set: no baseline evaluation")
+        print(f"[posttrain] base: {notes[-1]}", flush=True)
+        return {}
+    rows, report = c.eval_prompt_rows(recipe, tokenizer)
+    metrics = c.log_reports([report])
+    model.to(c.device())
+    gsm, _ = evaluation.evaluate_gsm8k(model, tokenizer, rows, recipe.evaluate.max_new_tokens, recipe.evaluate.batch_size,
+                                       models.stop_token_ids(tokenizer, model), desc="base gsm8k")
+    metrics.update({("gsm8k_accuracy" if k == "accuracy" else k): v for k, v in gsm.items()})
+    metrics["eval_prompts"] = float(len(rows))
+    return metrics
