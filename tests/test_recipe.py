@@ -114,3 +114,10 @@ def test_recipe_hash_is_stable_and_sensitive():
     raw["rl"]["max_steps"] += 1
     assert a.hash() == b.hash() != validate_recipe(raw).hash()
     assert Recipe.from_json(a.to_json()) == a
+
+
+def test_actors_must_divide_among_learners():
+    raw = _raw()
+    raw["rl"].update(num_actors=3, num_learners=2)
+    probs = _problems(raw)
+    assert probs["rl.num_actors"].value == 3 and "multiple of rl.num_learners=2" in probs["rl.num_actors"].message

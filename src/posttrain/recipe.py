@@ -248,6 +248,8 @@ def _cross_field_problems(r: Recipe) -> list[RecipeProblem]:
     if r.algorithm in ("grpo", "rloo") and r.rl.num_generations < 2:
         out.append(RecipeProblem("rl.num_generations", r.rl.num_generations,
                                  f"{r.algorithm.upper()} needs at least 2 completions per prompt to compare; set it to 2 or more"))
+    if r.is_rl and r.rl.num_actors % r.rl.num_learners != 0:
+        out.append(RecipeProblem("rl.num_actors", r.rl.num_actors, f"must be a multiple of rl.num_learners={r.rl.num_learners} (each learner feeds the same number of actors); change one of them"))
     if r.is_rl and r.rl.engine == "trl" and r.algorithm != "grpo":
         out.append(RecipeProblem("rl.engine", r.rl.engine, f"TRL's GRPOTrainer runs only GRPO, not {r.algorithm}; set rl.engine=posttrain"))
     if r.is_rl and r.data.prompts is None:
