@@ -16,7 +16,7 @@ def token_lengths(tokenizer, texts: list[str], batch: int = 1024) -> list[int]:
     out: list[int] = []
     steps = range(0, len(texts), batch)
     for i in tqdm(steps, desc="tokenizing", unit="batch", disable=None if len(texts) > 4 * batch else True):
-        out.extend(len(ids) for ids in tokenizer(texts[i:i + batch])["input_ids"])
+        out.extend(len(ids) for ids in tokenizer(texts[i:i + batch], verbose=False)["input_ids"])
     return out
 
 
@@ -29,7 +29,7 @@ def fit_completion(tokenizer, prompt: str, completion: str, max_len: int, prompt
     characters, O(log len(completion)) tokenisations.
     """
     def n(text: str) -> int:
-        return len(tokenizer(text)["input_ids"])
+        return len(tokenizer(text, verbose=False)["input_ids"])
 
     total, guess = _length_and_cut(tokenizer, prompt, completion, max_len)
     if total <= max_len:
@@ -59,9 +59,9 @@ def _length_and_cut(tokenizer, prompt: str, completion: str, max_len: int) -> tu
     when the tokenizer gives no offsets)."""
     text = prompt + completion
     try:
-        enc = tokenizer(text, return_offsets_mapping=True)
+        enc = tokenizer(text, return_offsets_mapping=True, verbose=False)
     except (NotImplementedError, ValueError, TypeError):
-        return len(tokenizer(text)["input_ids"]), None
+        return len(tokenizer(text, verbose=False)["input_ids"]), None
     offsets = enc.get("offset_mapping")
     total = len(enc["input_ids"])
     if not offsets or total <= max_len:

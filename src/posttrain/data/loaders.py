@@ -98,7 +98,7 @@ def _apply_overlength(tokenizer, rows: list[dict], keys: tuple[str, ...], report
         elif overlength == "drop":
             _count(report, "over_context")
         else:
-            n_prompt = len(tokenizer(row["prompt"])["input_ids"])
+            n_prompt = len(tokenizer(row["prompt"], verbose=False)["input_ids"])
             cut = {k: fit_completion(tokenizer, row["prompt"], row[k], max_seq_len, n_prompt) for k in keys}
             if any(v is None for v in cut.values()):
                 _count(report, "prompt_over_context")
