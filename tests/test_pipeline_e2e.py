@@ -26,7 +26,6 @@ def _minimal_recipe(tmp_path: Path, algorithm: str, tracking_uri: str) -> Path:
     d = raw["data"]
     d["sft"] = [{**d["sft"][0], "max_rows": 64}]
     d["preference"]["max_rows"] = 48
-    d["eval_preference"]["max_rows"] = 16
     d["prompts"]["max_rows"] = 32
     d["eval_prompts"]["max_rows"] = 8
     raw["sft"].update(max_steps=3, batch_size=4)

@@ -142,3 +142,22 @@ def test_lora_syncs_adapters_only_and_kl_uses_the_frozen_base(policy):
     assert first["kl"] == pytest.approx(0.0, abs=1e-7)  # lora_B starts at 0: policy == reference
     second = learner.train_step(batch)
     assert second["kl"] > 1e-6  # the adapters moved the policy away from the frozen base
+
+
+def test_batch_without_signal_does_not_move_the_policy(policy):
+    """After a real step (Adam has momentum), a batch whose groups all have equal rewards must leave every weight
+    unchanged: zero advantages give a zero gradient, and an optimizer step would still drift along the momentum."""
+    import copy
+
+    model, tok = policy
+    batch = _rollouts(model, tok, 1.0)
+    m = copy.deepcopy(model)
+    learner = Learner(m, LearnerConfig(algorithm="grpo"), lr=1e-2)
+    assert learner.train_step(batch)["skipped_step"] == 0.0
+    flat = batch.rewards.clone()
+    flat[:] = 0.5
+    batch.rewards = flat
+    before = [p.detach().clone() for p in m.parameters()]
+    out = learner.train_step(batch)
+    assert out["skipped_step"] == 1.0 and out["zero_std_groups"] == 1.0
+    assert all(torch.equal(a, p.detach()) for a, p in zip(before, m.parameters()))

@@ -28,7 +28,7 @@ def _tiny_recipe(tmp: Path, **sft_overrides):
     d = raw["data"]
     d["sft"] = [{**d["sft"][0], "max_rows": 48}, {**d["sft"][1], "max_rows": 16}]
     d["preference"]["max_rows"] = 40
-    d["eval_preference"]["max_rows"] = 12
+    d["eval_preference"] = {**d["preference"], "source": d["preference"]["source"].replace("helpful-base", "harmless-base"), "max_rows": 12}
     d["eval_prompts"]["max_rows"] = 4
     raw["sft"].update({"max_steps": 4, "batch_size": 4, "logging_steps": 1, **sft_overrides})
     raw["reward"].update(max_steps=4, batch_size=4, logging_steps=1)

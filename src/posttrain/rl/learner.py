@@ -156,7 +156,11 @@ class Learner:
         st = self.accumulate(batch)
         st = self._sync_grads_and_stats(st)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm)
-        self.optimizer.step()
+        # A batch without learning signal (every group zero-std, no KL/value term) has a zero gradient. Adam would
+        # still move the weights along its momentum, drifting the policy with nothing to learn from; skip it.
+        skipped = float(grad_norm) == 0.0
+        if not skipped:
+            self.optimizer.step()
         n = max(st.pop("tokens"), 1)
         grouped = batch.rewards.view(-1, batch.n)
         r = batch.rewards.double()
@@ -168,7 +172,7 @@ class Learner:
                "iw_mean": st["iw_mean"] / n, "iw_max": st["iw_max"], "entropy": st["entropy"] / n,
                "kl": st.get("kl", 0.0), "grad_norm": float(grad_norm), "reward_mean": rs / rn,
                "reward_std": var ** 0.5, "zero_std_groups": zs / ng, "samples": int(rn), "tokens": int(n),
-               "train_s": time.perf_counter() - t0}
+               "skipped_step": float(skipped), "train_s": time.perf_counter() - t0}
         if "value_loss" in st:
             out["value_loss"] = st["value_loss"]
         return out
