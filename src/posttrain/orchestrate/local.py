@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from posttrain.orchestrate.steps import execute, stage_dir
-from posttrain.orchestrate.summary import Summary, collect, render
+from posttrain.orchestrate.summary import Summary, collect, render, stage_notes
 from posttrain.recipe import Recipe, _looks_local
 from posttrain.stages import StageResult
 
@@ -88,7 +88,7 @@ def run_pipeline(recipe: Recipe, recipe_path: str | None = None, fresh: bool = F
     missing = [r.stage for r in rows if r.status not in ("ran", "reused")]
     if missing and not error:  # never report success for a DAG that silently skipped steps
         error = f"the pipeline finished but these stages did not run: {', '.join(missing)}"
-    summary = Summary(ok=not error, rows=rows, parent_run_id=parent, error=error)
+    summary = Summary(ok=not error, rows=rows, parent_run_id=parent, error=error, notes=stage_notes(stages))
     tracking.end_parent_run(parent, "FAILED" if error else "FINISHED")
     summary.notes.append(f"pipeline wall time: {time.time() - t0:.1f} s")
     render(summary, recipe.tracking.uri)

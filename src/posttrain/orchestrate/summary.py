@@ -58,6 +58,15 @@ def _fmt(v) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
+def stage_notes(stage_dirs: dict[str, Path], stages: tuple[str, ...] = ("gate", "push")) -> list[str]:
+    """The notes of the decision stages (why the gate passed or blocked, where the push went)."""
+    out = []
+    for stage in stages:
+        m = read_manifest(stage_dirs[stage]) if stage_dirs.get(stage) else None
+        out += [f"{stage}: {n}" for n in ((m or {}).get("result", {}).get("notes") or [])]
+    return out
+
+
 def collect(stage_dirs: dict[str, Path], started_at: str, failed: str | None = None) -> list[StageRow]:
     """One row per stage from its manifest; a manifest older than ``started_at`` (ISO UTC) means 'reused'."""
     rows = []
@@ -98,6 +107,7 @@ def render(summary: Summary, tracking_uri: str) -> None:
     if summary.error:
         con.print(f"[bold red]error:[/] {summary.error}")
     con.print(f"MLflow parent run: {summary.parent_run_id}   tracking: {redact_uri(tracking_uri)}")
+    con.print("Registry stages:  .venv/bin/posttrain models" + (f" --tracking-uri {redact_uri(tracking_uri)}" if not tracking_uri.startswith("sqlite:") else ""))
     if tracking_uri.startswith("sqlite:") or "://" not in tracking_uri:
         con.print(f"Open the MLflow UI:  .venv/bin/mlflow ui --backend-store-uri {tracking_uri}  (then http://127.0.0.1:5000)")
     else:
