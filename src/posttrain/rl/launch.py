@@ -159,7 +159,7 @@ def run_job(recipe, model_path: str, out_dir: str, reward_model_path: str | None
     spec = build_launch_spec(recipe, model_path, out_dir, reward_model_path)
     launch_local(spec)
     data = json.loads((Path(out_dir) / "metrics.json").read_text())
-    metrics = {k: float(v) for k, v in data["summary"].items()}
+    metrics = {k: float(v) for k, v in data["summary"].items() if isinstance(v, (int, float))}  # not health_warnings
     inputs = {"model": sha256_tree(model_path) if Path(model_path).exists() else str(model_path)}
     if reward_model_path:
         inputs["reward_model"] = sha256_tree(reward_model_path)

@@ -7,6 +7,8 @@ Definitions (per learner step, over the wall time since the previous step ended)
 - learner_busy_pct: learner train seconds / step wall seconds (the rest is waiting for rollouts + sync).
 - staleness mean/max: learner version - sample version of the trained samples; dropped: cumulative count.
 - sync_ms: learner-side weight broadcast time (pack + send), milliseconds.
+- health: each row also feeds ``posttrain.monitor.HealthMonitor``; new warnings print as ``[health]`` lines, the
+  summary lists them (``health_warnings``, ``health_warning_count``), the MLflow run gets ``health.txt``.
 """
 
 from __future__ import annotations
@@ -14,12 +16,22 @@ from __future__ import annotations
 import contextlib
 import time
 
+from posttrain.monitor import HealthMonitor, emit, record_mlflow
+
+
+def _health_monitor(rl):
+    """The training-health monitor for recipe section ``rl``: iw_max is compared with ``tis_cap`` only when TIS
+    truncates there; idle-role warnings only in async mode (lock-step roles wait for each other by design)."""
+    return HealthMonitor("rl", iw_cap=rl.tis_cap if rl.off_policy_correction == "tis" else None,
+                         check_busy=rl.mode == "async")
+
 
 class StepMeter:
     def __init__(self, ctx, enabled: bool = True):
         """``enabled=False`` (learners other than rank 0): no MLflow run, no output."""
         self.ctx, self.history, self.run_id, self.enabled = ctx, [], None, enabled
         self.t_last = self.t_start = time.perf_counter()
+        self.health = _health_monitor(ctx.recipe.rl)
 
     @contextlib.contextmanager
     def tracking(self):
@@ -60,6 +72,7 @@ class StepMeter:
         self.history.append(row)
         tracking.log_metrics(row, step=step + 1)
         print(self.line(row), flush=True)
+        emit(self.health.observe(step + 1, row))  # [health] lines after the step line
         return row
 
     @staticmethod
@@ -90,6 +103,8 @@ class StepMeter:
             "sync_ms_mean": mean(h, "sync_ms"), "staleness_mean": mean(h, "staleness_mean"),
             "dropped": h[-1]["dropped"] if h else 0,
             "actor_busy_pct": mean(h, "actor_busy_pct"), "learner_busy_pct": mean(h, "learner_busy_pct"),
+            "health_warning_count": len(self.health.warnings),
+            "health_warnings": [w.to_dict() for w in self.health.warnings],  # not a metric: MLflow skips it
         }
 
     def finish(self, learner, tokenizer) -> None:
@@ -105,5 +120,6 @@ class StepMeter:
             save_model(learner.model, tokenizer, str(tmp))
         summary = self.summary()
         tracking.log_metrics({f"summary/{k}": v for k, v in summary.items()})
+        record_mlflow(self.health.warnings)  # health.txt + posttrain.health tag
         write_json_atomic(out / "metrics.json", {"summary": summary, "history": self.history,
                                                  "mlflow_run_id": self.run_id, "mode": self.ctx.recipe.rl.mode})

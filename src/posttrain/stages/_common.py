@@ -75,14 +75,20 @@ def train_args_kwargs(spec: Any, seed: int, output_dir: str) -> dict:
 
 def loss_history_callback(prefix: str) -> Any:
     """A TrainerCallback that logs every trainer log entry (loss, lr, grad_norm, ...) to the active MLflow run
-    as ``<prefix>/<key>`` at the trainer's global step, and keeps ``.history`` (list of dicts with "step")."""
+    as ``<prefix>/<key>`` at the trainer's global step, and keeps ``.history`` (list of dicts with "step").
+
+    Each entry also feeds a ``posttrain.monitor.HealthMonitor`` (section ``prefix``: non-finite loss/grad_norm,
+    divergence, plateau); new warnings print as ``[health]`` lines and collect in ``.health.warnings``; at the end
+    of training the active run gets ``health.txt`` and the ``posttrain.health`` tag."""
     from transformers import TrainerCallback
 
+    from posttrain.monitor import HealthMonitor, emit, record_mlflow
     from posttrain.tracking import log_metrics
 
     class _LossHistory(TrainerCallback):
         def __init__(self) -> None:
             self.history: list[dict] = []
+            self.health = HealthMonitor(prefix)
 
         def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001 (transformers signature)
             logs = {k: v for k, v in (logs or {}).items() if isinstance(v, (int, float))}
@@ -90,6 +96,10 @@ def loss_history_callback(prefix: str) -> Any:
                 return
             self.history.append({"step": state.global_step, **logs})
             log_metrics({f"{prefix}/{k}": v for k, v in logs.items()}, step=state.global_step)
+            emit(self.health.observe(state.global_step, logs))
+
+        def on_train_end(self, args, state, control, **kwargs):  # noqa: ANN001 (transformers signature)
+            record_mlflow(self.health.warnings)
 
     return _LossHistory()
 
