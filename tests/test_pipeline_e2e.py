@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -69,7 +70,9 @@ def test_pipeline_end_to_end_both_branches(tmp_path, monkeypatch, mlflow_server)
     tail = ("evaluate", "register", "gate", "push")
 
     grpo = load_recipe(_minimal_recipe(tmp_path, "grpo", mlflow_server))
+    env_before = dict(os.environ)
     summary = run_pipeline(grpo)
+    assert dict(os.environ) == env_before, "run_pipeline must not leak its run's environment into the caller"
     assert summary.ok, summary.error
     assert {r.stage: r.status for r in summary.rows} == {s: "ran" for s in ("base", "sft", "reward", "rl", *tail)}
     _check_registered_and_pushed(tmp_path, grpo, mlflow_server, version=1)

@@ -71,6 +71,12 @@ def stage_run(uri: str | None, experiment: str, stage: str, parent_run_id: str |
 
     setup(uri, experiment)
     parent = parent_run_id or os.environ.get(PARENT_ENV) or None
+    if parent and not _run_exists(parent):
+        import logging
+
+        logging.getLogger("posttrain").warning("MLflow parent run %s is not on %s; logging stage %s as a top-level run",
+                                               parent, redact_uri(resolve_uri(uri)), stage)
+        parent = None
     # A stage may run in a process that already has an active run (tests, notebooks): never nest under it.
     while mlflow.active_run() is not None:
         mlflow.end_run()
@@ -79,6 +85,16 @@ def stage_run(uri: str | None, experiment: str, stage: str, parent_run_id: str |
         if params:
             mlflow.log_params({k: _short(v) for k, v in params.items()})
         yield run.info.run_id
+
+
+def _run_exists(run_id: str) -> bool:
+    import mlflow
+
+    try:
+        mlflow.MlflowClient().get_run(run_id)
+        return True
+    except mlflow.exceptions.MlflowException:
+        return False
 
 
 def _short(v: object) -> str:

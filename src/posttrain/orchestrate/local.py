@@ -12,7 +12,7 @@ import os
 import time
 from pathlib import Path
 
-from posttrain.orchestrate.steps import execute, stage_dir
+from posttrain.orchestrate.steps import execute, scoped_env, stage_dir
 from posttrain.orchestrate.summary import Summary, collect, render, stage_notes
 from posttrain.recipe import Recipe, _looks_local
 from posttrain.stages import StageResult
@@ -55,7 +55,24 @@ def _failed_stage(err: BaseException) -> str | None:
 
 
 def run_pipeline(recipe: Recipe, recipe_path: str | None = None, fresh: bool = False) -> Summary:
-    """Run the whole pipeline locally; print and return the summary (``.ok`` False on failure)."""
+    """Run the whole pipeline locally; print and return the summary (``.ok`` False on failure).
+
+    The tracking URI, the MLflow parent run id and ``--fresh`` reach the component subprocesses through the
+    environment, set only for the duration of the run.
+    """
+    from posttrain import tracking
+
+    recipe = absolutize(recipe)
+    recipe.tracking.uri = _abs_tracking_uri(recipe.tracking.uri)
+    parent = tracking.start_parent_run(recipe.tracking.uri, recipe.tracking.experiment, recipe.name,
+                                       tags={"posttrain.recipe_hash": recipe.hash(), "posttrain.recipe_path": str(recipe_path or "")})
+    with scoped_env(**{tracking.TRACKING_ENV: recipe.tracking.uri, tracking.PARENT_ENV: parent,
+                       "POSTTRAIN_FRESH": "1" if fresh else "0"}):
+        return _run_dag(recipe, parent)
+
+
+def _run_dag(recipe: Recipe, parent: str) -> Summary:
+    """Execute the KFP DAG with the local runner, close the parent run, build and print the summary."""
     import warnings
 
     from kfp import local
@@ -64,14 +81,7 @@ def run_pipeline(recipe: Recipe, recipe_path: str | None = None, fresh: bool = F
     from posttrain.orchestrate.kfp_pipeline import build_pipeline
 
     logging.basicConfig(level=logging.INFO, format="[%(name)s] %(levelname)s %(message)s")
-    recipe = absolutize(recipe)
-    recipe.tracking.uri = _abs_tracking_uri(recipe.tracking.uri)
-    os.environ[tracking.TRACKING_ENV] = recipe.tracking.uri
-    os.environ["POSTTRAIN_FRESH"] = "1" if fresh else "0"
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    parent = tracking.start_parent_run(recipe.tracking.uri, recipe.tracking.experiment, recipe.name,
-                                       tags={"posttrain.recipe_hash": recipe.hash(), "posttrain.recipe_path": str(recipe_path or "")})
-    os.environ[tracking.PARENT_ENV] = parent
     root = Path(recipe.output_dir) / recipe.name / "kfp_root"
     local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(root), raise_on_error=True)
     pipeline = build_pipeline(recipe)

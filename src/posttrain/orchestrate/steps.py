@@ -8,6 +8,7 @@ manifest skips the stage (a killed run resumes where it stopped), anything else 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import json
@@ -15,6 +16,7 @@ import logging
 import os
 import time
 from pathlib import Path
+from typing import Iterator
 
 from posttrain.artifacts import MANIFEST, read_manifest, write_json_atomic
 from posttrain.recipe import Recipe
@@ -23,7 +25,7 @@ log = logging.getLogger("posttrain")
 
 # Recipe sections each stage reads; a change elsewhere does not rerun it (upstream changes arrive through inputs).
 STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
-    "base": ("seed", "model", "data", "evaluate", "tracking.experiment"),
+    "base": ("seed", "model", "data", "evaluate"),
     "sft": ("seed", "model", "data", "sft"),
     "reward": ("seed", "model", "data", "reward"),
     "dpo": ("seed", "model", "data", "dpo"),
@@ -36,6 +38,21 @@ STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
 
 # Which input name of each stage comes from which file inside an upstream step directory.
 _INPUT_FILES = {"model": "model", "base_model": "model", "reward_model": "model", "reference": "model"}
+
+
+@contextlib.contextmanager
+def scoped_env(**values: str) -> Iterator[None]:
+    """Set environment variables for the component subprocesses, restoring the previous values afterwards."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def stage_dir(recipe: Recipe, stage: str) -> Path:
@@ -94,13 +111,12 @@ def execute(stage: str, recipe: Recipe, input_dirs: dict[str, str], parent_run_i
         log.info("stage %s is up to date (%s); skipping", stage, out)
         print(f"[posttrain] {stage}: up to date, reusing {out}", flush=True)
         return str(out)
-    if parent_run_id:
-        os.environ["POSTTRAIN_PARENT_RUN_ID"] = parent_run_id
     (out / MANIFEST).unlink(missing_ok=True)
     out.mkdir(parents=True, exist_ok=True)
     module = importlib.import_module(f"posttrain.stages.{stage}")
     t0 = time.time()
-    result = module.run(recipe, resolve_inputs(input_dirs), str(out))
+    with scoped_env(**({"POSTTRAIN_PARENT_RUN_ID": parent_run_id} if parent_run_id else {})):
+        result = module.run(recipe, resolve_inputs(input_dirs), str(out))
     result.wall_s = result.wall_s or (time.time() - t0)
     manifest = dict(read_manifest(out) or {})
     manifest.update(stage=stage, fingerprint=fp, complete=True, recipe_hash=recipe.hash(),
