@@ -64,11 +64,13 @@ def run_pipeline(recipe: Recipe, recipe_path: str | None = None, fresh: bool = F
 
     recipe = absolutize(recipe)
     recipe.tracking.uri = _abs_tracking_uri(recipe.tracking.uri)
-    parent = tracking.start_parent_run(recipe.tracking.uri, recipe.tracking.experiment, recipe.name,
-                                       tags={"posttrain.recipe_hash": recipe.hash(), "posttrain.recipe_path": str(recipe_path or "")})
-    with scoped_env(**{tracking.TRACKING_ENV: recipe.tracking.uri, tracking.PARENT_ENV: parent,
-                       "POSTTRAIN_FRESH": "1" if fresh else "0"}):
-        return _run_dag(recipe, parent)
+    with scoped_env(restore=("MLFLOW_EXPERIMENT_ID",), **{tracking.TRACKING_ENV: recipe.tracking.uri,
+                                                           "POSTTRAIN_FRESH": "1" if fresh else "0"}):
+        parent = tracking.start_parent_run(recipe.tracking.uri, recipe.tracking.experiment, recipe.name,
+                                           tags={"posttrain.recipe_hash": recipe.hash(),
+                                                 "posttrain.recipe_path": str(recipe_path or "")})
+        with scoped_env(**{tracking.PARENT_ENV: parent}):
+            return _run_dag(recipe, parent)
 
 
 def _run_dag(recipe: Recipe, parent: str) -> Summary:

@@ -41,9 +41,13 @@ _INPUT_FILES = {"model": "model", "base_model": "model", "reward_model": "model"
 
 
 @contextlib.contextmanager
-def scoped_env(**values: str) -> Iterator[None]:
-    """Set environment variables for the component subprocesses, restoring the previous values afterwards."""
-    old = {k: os.environ.get(k) for k in values}
+def scoped_env(restore: tuple[str, ...] = (), **values: str) -> Iterator[None]:
+    """Set environment variables for the component subprocesses, restoring the previous values afterwards.
+
+    ``restore`` names further variables that code inside may set (MLflow exports MLFLOW_TRACKING_URI and
+    MLFLOW_EXPERIMENT_ID), so they are put back too.
+    """
+    old = {k: os.environ.get(k) for k in (*values, *restore)}
     os.environ.update(values)
     try:
         yield
