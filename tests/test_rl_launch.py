@@ -1,6 +1,9 @@
 """Launch description and failure reporting (no processes started)."""
 
 import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
 
 from posttrain.recipe import validate_recipe
 from posttrain.rl.failures import read_failures, record_failure
@@ -46,3 +49,19 @@ def test_killed_rank_without_a_record_is_named_from_torchruns_root_cause(tmp_pat
             "  exitcode  : -9 (pid: 123)  (SIGKILL)"]
     spec = build_launch_spec(_recipe(), "/m", str(tmp_path))
     assert ": rank 1 (actor) exited with -9 (pid: 123)  (SIGKILL)" in failure_message(spec, 1, tail)
+
+
+def test_standalone_defaults_never_touch_the_pipeline_rl_step(tmp_path):
+    """`posttrain rl` must not overwrite the pipeline's rl output, and starts from the SFT model once it exists."""
+    from posttrain.recipe import load_recipe
+    from posttrain.rl.launch import standalone_paths
+
+    recipe = load_recipe(ROOT / "pipelines/recipes/tiny-cpu.yaml", [f"output_dir={tmp_path}"])
+    model, out = standalone_paths(recipe)
+    assert model == recipe.model.name_or_path
+    assert out == str(tmp_path / "tiny-cpu" / "rl-standalone")
+    sft = tmp_path / "tiny-cpu" / "sft" / "model"
+    sft.mkdir(parents=True)
+    (sft / "config.json").write_text("{}")
+    assert standalone_paths(recipe)[0] == str(sft)
+    assert standalone_paths(recipe, out_dir="x", model_path="m") == ("m", "x")

@@ -149,8 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("rl", help="run the async RL job standalone")
     _add_recipe_args(p)
-    p.add_argument("--model", default=None, help="policy to start from (default: recipe model)")
-    p.add_argument("--out", default=None, help="output directory (default: <output_dir>/<name>/rl)")
+    p.add_argument("--model", default=None, help="policy to start from (default: the pipeline's SFT model if present, else the recipe model)")
+    p.add_argument("--out", default=None, help="output directory (default: <output_dir>/<name>/rl-standalone; never the pipeline's rl step)")
     p.set_defaults(func=cmd_rl)
 
     for name, fn, hlp in (("models", cmd_models, "list registered models, versions, aliases and metrics"),

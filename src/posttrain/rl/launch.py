@@ -172,11 +172,25 @@ def run_job(recipe, model_path: str, out_dir: str, reward_model_path: str | None
     return result
 
 
+def standalone_paths(recipe, out_dir: str | None = None, model_path: str | None = None) -> tuple[str, str]:
+    """(policy path, output dir) for ``posttrain rl``; see ``run_standalone`` for the defaults."""
+    run_root = Path(recipe.output_dir) / recipe.name
+    sft = run_root / "sft" / "model"
+    model = model_path or (str(sft) if (sft / "config.json").is_file() else recipe.model.name_or_path)
+    return model, out_dir or str(run_root / "rl-standalone")
+
+
 def run_standalone(recipe, out_dir: str | None = None, model_path: str | None = None):
-    """``posttrain rl RECIPE``: the job on ``model_path`` (default ``model.name_or_path``) into ``out_dir``
-    (default ``<output_dir>/<name>/rl``). Dispatches to TRL when ``rl.engine == 'trl'``."""
-    out = out_dir or str(Path(recipe.output_dir) / recipe.name / "rl")
-    model = model_path or recipe.model.name_or_path
+    """``posttrain rl RECIPE``: the job on ``model_path`` into ``out_dir``. Dispatches to TRL when ``rl.engine == 'trl'``.
+
+    Defaults never touch the pipeline's own outputs: ``out_dir`` is ``<output_dir>/<name>/rl-standalone`` (not the
+    pipeline's ``rl`` step), and the policy starts from the pipeline's SFT model when one exists
+    (``<output_dir>/<name>/sft/model``), else from ``model.name_or_path``.
+    """
+    import logging
+
+    model, out = standalone_paths(recipe, out_dir, model_path)
+    logging.getLogger("posttrain").warning("posttrain rl: policy %s -> %s", model, out)
     if recipe.rl.engine == "trl":
         from posttrain.rl.trl_engine import run_trl
 
