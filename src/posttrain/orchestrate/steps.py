@@ -23,14 +23,16 @@ from posttrain.recipe import Recipe
 
 log = logging.getLogger("posttrain")
 
-# Recipe sections each stage reads; a change elsewhere does not rerun it (upstream changes arrive through inputs).
+# Recipe fields each stage reads; a change elsewhere does not rerun it (upstream changes arrive through inputs).
+_SFT_DATA = ("data.sft", "data.overlength", "data.eval_fraction")
+_PREF_DATA = ("data.preference", "data.eval_preference", "data.eval_fraction", "data.overlength")
 STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
-    "base": ("seed", "model", "data", "evaluate"),
-    "sft": ("seed", "model", "data", "sft"),
-    "reward": ("seed", "model", "data", "reward"),
-    "dpo": ("seed", "model", "data", "dpo"),
-    "rl": ("seed", "algorithm", "model", "data", "rl"),
-    "evaluate": ("seed", "model", "data", "evaluate", "algorithm"),
+    "base": ("seed", "model", "data.eval_prompts", "evaluate"),
+    "sft": ("seed", "model", *_SFT_DATA, "sft"),
+    "reward": ("seed", "model", *_PREF_DATA, "reward"),
+    "dpo": ("seed", "model", *_PREF_DATA, "dpo"),
+    "rl": ("seed", "algorithm", "model", "data.prompts", "data.overlength", "rl"),
+    "evaluate": ("seed", "model", "data.eval_prompts", *_PREF_DATA, "evaluate", "algorithm"),
     "register": ("name", "algorithm", "tracking"),
     "gate": ("gate", "tracking"),
     "push": ("push", "tracking"),
