@@ -86,3 +86,24 @@ def test_pipeline_end_to_end_both_branches(tmp_path, monkeypatch, mlflow_server)
 
     again = run_pipeline(dpo)
     assert again.ok and {r.status for r in again.rows} == {"reused"}
+
+
+def test_failed_run_names_the_stage_and_the_cause(tmp_path, monkeypatch, mlflow_server):
+    """A data file with the wrong columns fails the sft stage; the summary names the stage and the DataError,
+    later stages are 'not run', and the MLflow parent run is marked FAILED."""
+    import mlflow
+
+    from posttrain.orchestrate.local import run_pipeline
+    from posttrain.recipe import load_recipe
+
+    monkeypatch.chdir(ROOT)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"q": "1+1?", "a": "2"}\n')
+    path = _minimal_recipe(tmp_path, "grpo", mlflow_server)
+    recipe = load_recipe(path, [f"data.sft=[{{source: {bad}, format: gsm8k}}]", "evaluate.gsm8k_samples=2"])
+    summary = run_pipeline(recipe)
+    assert not summary.ok
+    assert "stage 'sft' failed: DataError" in summary.error and "question" in summary.error
+    statuses = {r.stage: r.status for r in summary.rows}
+    assert statuses["base"] == "ran" and statuses["sft"] == "failed" and statuses["push"] == "not run"
+    assert mlflow.MlflowClient(mlflow_server).get_run(summary.parent_run_id).info.status == "FAILED"

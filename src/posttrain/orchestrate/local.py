@@ -12,7 +12,7 @@ import os
 import time
 from pathlib import Path
 
-from posttrain.orchestrate.steps import execute, scoped_env, stage_dir
+from posttrain.orchestrate.steps import ERROR_FILE, execute, scoped_env, stage_dir
 from posttrain.orchestrate.summary import Summary, collect, render, stage_notes
 from posttrain.recipe import Recipe, _looks_local
 from posttrain.stages import StageResult
@@ -46,8 +46,19 @@ def _stage_order(recipe: Recipe) -> list[str]:
     return ["base", "sft", "reward", train, "evaluate", "register", "gate", "push"]
 
 
+def _strip_ansi(text: str) -> str:
+    import re
+
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
+
+
 def _failed_stage(err: BaseException) -> str | None:
-    text = str(err)
+    import re
+
+    text = _strip_ansi(str(err))
+    m = re.search(r"task failed: '([a-z]+)(?:-\d+)?'", text)
+    if m:
+        return m.group(1)
     for stage in ("base", "sft", "reward", "rl", "dpo", "evaluate", "register", "gate", "push", "plan"):
         if f"'{stage}'" in text or f"task {stage}" in text or f"{stage} " in text[:200]:
             return stage
@@ -93,9 +104,15 @@ def _run_dag(recipe: Recipe, parent: str) -> Summary:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*non-Python base image.*")
             pipeline(recipe_json=recipe.to_json(), algorithm=recipe.algorithm, parent_run_id=parent)
+    except KeyboardInterrupt:
+        tracking.end_parent_run(parent, "KILLED")
+        raise
     except Exception as err:  # noqa: BLE001 - reported in the summary, run marked FAILED
-        error, failed = f"{type(err).__name__}: {err}", _failed_stage(err)
+        error, failed = _strip_ansi(f"{type(err).__name__}: {err}"), _failed_stage(err)
     stages = {s: stage_dir(recipe, s) for s in _stage_order(recipe)}
+    cause = (stages.get(failed) / ERROR_FILE) if failed in stages else None
+    if cause is not None and cause.is_file():
+        error = f"stage '{failed}' failed: {cause.read_text().strip()}"
     rows = collect(stages, started, failed)
     missing = [r.stage for r in rows if r.status not in ("ran", "reused")]
     if missing and not error:  # never report success for a DAG that silently skipped steps

@@ -38,6 +38,8 @@ STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
     "push": ("push", "tracking"),
 }
 
+ERROR_FILE = "error.txt"  # why a stage failed, for the run summary (the orchestrator only says *that* it failed)
+
 # Which input name of each stage comes from which file inside an upstream step directory.
 _INPUT_FILES = {"model": "model", "base_model": "model", "reward_model": "model", "reference": "model"}
 
@@ -118,11 +120,16 @@ def execute(stage: str, recipe: Recipe, input_dirs: dict[str, str], parent_run_i
         print(f"[posttrain] {stage}: up to date, reusing {out}", flush=True)
         return str(out)
     (out / MANIFEST).unlink(missing_ok=True)
+    (out / ERROR_FILE).unlink(missing_ok=True)
     out.mkdir(parents=True, exist_ok=True)
     module = importlib.import_module(f"posttrain.stages.{stage}")
     t0 = time.time()
-    with scoped_env(**({"POSTTRAIN_PARENT_RUN_ID": parent_run_id} if parent_run_id else {})):
-        result = module.run(recipe, resolve_inputs(input_dirs), str(out))
+    try:
+        with scoped_env(**({"POSTTRAIN_PARENT_RUN_ID": parent_run_id} if parent_run_id else {})):
+            result = module.run(recipe, resolve_inputs(input_dirs), str(out))
+    except BaseException as err:  # recorded for the run summary, then re-raised unchanged
+        (out / ERROR_FILE).write_text(f"{type(err).__name__}: {err}"[:4000])
+        raise
     result.wall_s = result.wall_s or (time.time() - t0)
     manifest = dict(read_manifest(out) or {})
     manifest.update(stage=stage, fingerprint=fp, complete=True, recipe_hash=recipe.hash(),
