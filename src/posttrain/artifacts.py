@@ -41,21 +41,37 @@ def sha256_tree(path: str | Path) -> str:
     return h.hexdigest()
 
 
-def write_json_atomic(path: str | Path, obj: object) -> None:
-    """Write JSON to ``path`` via a temp file + rename, so readers never see a partial file."""
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` via a temp file + rename, so readers never see a partial file.
+
+    The file gets the usual permissions (0666 minus the umask), not mkstemp's private 0600: outputs live on
+    shared storage and are read by other users and pods.
+    """
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=2, sort_keys=True, default=str)
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, p)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def write_json_atomic(path: str | Path, obj: object) -> None:
+    """Write JSON (indented, sorted keys) to ``path`` atomically; see ``write_text_atomic``."""
+    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True, default=str))
 
 
 @contextlib.contextmanager
@@ -67,6 +83,7 @@ def atomic_dir(final: str | Path) -> Iterator[Path]:
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.tmp-"))
+    os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; outputs are shared
     try:
         yield tmp
     except BaseException:

@@ -136,10 +136,6 @@ def _samples(records: dict[str, list[dict]]) -> list[dict]:
 
 def _write_jsonl(path: Path, rows: list[dict]) -> None:
     """Write JSON lines atomically (temp file + rename)."""
-    import os
-    import tempfile
+    from posttrain.artifacts import write_text_atomic
 
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.writelines(json.dumps(r) + "\n" for r in rows)
-    os.replace(tmp, path)
+    write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in rows))
