@@ -121,3 +121,20 @@ def test_actors_must_divide_among_learners():
     raw["rl"].update(num_actors=3, num_learners=2)
     probs = _problems(raw)
     assert probs["rl.num_actors"].value == 3 and "multiple of rl.num_learners=2" in probs["rl.num_actors"].message
+
+
+def test_completion_must_fit_the_context():
+    raw = _raw()
+    raw["rl"]["max_new_tokens"] = 600
+    probs = _problems(raw)
+    assert "model.max_seq_len=512" in probs["rl.max_new_tokens"].message
+
+
+def test_schema_spells_out_choices_and_nested_dataset_fields():
+    from posttrain.recipe import schema_markdown
+
+    md = schema_markdown()
+    assert "`data.sft[].format`" in md and "'hh_rlhf'" in md
+    assert "`data.prompts.max_rows`" in md
+    assert "'sigmoid' \\| 'ipo' \\| 'hinge'" in md
+    assert "| `model.name_or_path` | str | **required** |" in md

@@ -191,6 +191,9 @@ def main(argv: list[str] | None = None) -> int:
     except PosttrainError as err:
         print(f"error: {err}", file=sys.stderr)
         return err.exit_code
+    except BrokenPipeError:  # `posttrain ... | head`
+        sys.stderr.close()
+        return 0
     except KeyboardInterrupt:
         print("interrupted; finished stage outputs are kept and a rerun resumes from them", file=sys.stderr)
         return 130

@@ -248,6 +248,8 @@ def _cross_field_problems(r: Recipe) -> list[RecipeProblem]:
     if r.algorithm in ("grpo", "rloo") and r.rl.num_generations < 2:
         out.append(RecipeProblem("rl.num_generations", r.rl.num_generations,
                                  f"{r.algorithm.upper()} needs at least 2 completions per prompt to compare; set it to 2 or more"))
+    if r.is_rl and r.rl.max_new_tokens >= r.model.max_seq_len:
+        out.append(RecipeProblem("rl.max_new_tokens", r.rl.max_new_tokens, f"must be below model.max_seq_len={r.model.max_seq_len} (prompt + completion share the context); lower it or raise model.max_seq_len"))
     if r.is_rl and r.rl.num_actors % r.rl.num_learners != 0:
         out.append(RecipeProblem("rl.num_actors", r.rl.num_actors, f"must be a multiple of rl.num_learners={r.rl.num_learners} (each learner feeds the same number of actors); change one of them"))
     if r.is_rl and r.rl.engine == "trl" and r.algorithm != "grpo":
@@ -373,7 +375,7 @@ def check_paths(recipe: Recipe) -> list[RecipeProblem]:
     if _looks_local(mp):
         p = Path(mp)
         if not p.is_dir():
-            out.append(RecipeProblem("model.name_or_path", mp, "directory not found; give a local model directory or an HF model id like Qwen/Qwen2.5-0.5B"))
+            out.append(RecipeProblem("model.name_or_path", mp, "directory not found" + _cwd_hint(mp) + "; give a local model directory or an HF model id like Qwen/Qwen2.5-0.5B"))
         else:
             if not (p / "config.json").is_file():
                 out.append(RecipeProblem("model.name_or_path", mp, "no config.json in this directory; point at a saved HF model (save_pretrained output)"))
@@ -385,8 +387,13 @@ def check_paths(recipe: Recipe) -> list[RecipeProblem]:
     specs += [(f"data.{k}", getattr(recipe.data, k)) for k in ("preference", "prompts", "eval_prompts", "eval_preference")]
     for field, spec in specs:
         if spec is not None and _looks_local(spec.source) and not Path(spec.source).exists():
-            out.append(RecipeProblem(f"{field}.source", spec.source, "file not found; give an existing .jsonl/.jsonl.gz path or an HF dataset id like openai/gsm8k"))
+            out.append(RecipeProblem(f"{field}.source", spec.source, "file not found" + _cwd_hint(spec.source) + "; give an existing .jsonl/.jsonl.gz path or an HF dataset id like openai/gsm8k"))
     return out
+
+
+def _cwd_hint(ref: str) -> str:
+    """For a relative path: say where it was looked for (paths resolve from the current directory)."""
+    return "" if Path(ref).is_absolute() else f" (relative paths resolve from the current directory, {Path.cwd()})"
 
 
 def _looks_local(ref: str) -> bool:
@@ -396,20 +403,47 @@ def _looks_local(ref: str) -> bool:
     return ref.endswith((".jsonl", ".jsonl.gz", ".json", ".parquet")) or ref.count("/") > 1
 
 
+def _type_name(ann: Any) -> str:
+    """Readable type: Literal choices spelled out, Optional shown as '| None'."""
+    import typing
+
+    origin, args = typing.get_origin(ann), typing.get_args(ann)
+    if origin is Literal:
+        return " \\| ".join(repr(a) for a in args)
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        return " \\| ".join(_type_name(a) for a in args)
+    if origin in (list, dict):
+        return f"{origin.__name__}[{', '.join(_type_name(a) for a in args)}]"
+    return "None" if ann is type(None) else getattr(ann, "__name__", str(ann).replace("typing.", ""))
+
+
+def _sub_model(ann: Any) -> tuple[type[BaseModel] | None, str]:
+    """The pydantic model inside ``ann`` (plain, Optional[...] or list[...]) and the path suffix it adds."""
+    import typing
+
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return ann, ""
+    for a in typing.get_args(ann):
+        if isinstance(a, type) and issubclass(a, BaseModel):
+            return a, "[]" if typing.get_origin(ann) is list else ""
+    return None, ""
+
+
 def schema_markdown() -> str:
-    """Every recipe field with its type, default and doc, as Markdown (for `posttrain validate --schema`)."""
+    """Every recipe field with its type (choices spelled out), default and doc, as Markdown (`validate --schema`)."""
     lines = ["| field | type | default | description |", "|---|---|---|---|"]
 
     def walk(model: type[BaseModel], prefix: str) -> None:
         for name, f in model.model_fields.items():
-            ann = f.annotation
-            sub = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
+            sub, suffix = _sub_model(f.annotation)
             if sub is not None:
-                walk(sub, f"{prefix}{name}.")
+                if suffix or not (isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel)):
+                    lines.append(f"| `{prefix}{name}` | {_type_name(f.annotation)} | "
+                                 f"`{(f.default_factory() if f.default_factory else f.default)!r}` | {f.description or ''} |")
+                walk(sub, f"{prefix}{name}{suffix}.")
                 continue
-            default = "required" if f.is_required() else (f.default_factory() if f.default_factory else f.default)
-            tname = getattr(ann, "__name__", None) or str(ann).replace("typing.", "")
-            lines.append(f"| `{prefix}{name}` | {tname} | `{default!r}` | {f.description or ''} |")
+            default = "**required**" if f.is_required() else f"`{(f.default_factory() if f.default_factory else f.default)!r}`"
+            lines.append(f"| `{prefix}{name}` | {_type_name(f.annotation)} | {default} | {f.description or ''} |")
 
     walk(Recipe, "")
     return "\n".join(lines)
