@@ -44,3 +44,20 @@ def test_help_lists_commands():
     assert p.returncode == 0
     for cmd in ("validate", "run", "compile", "rl", "promote", "rollback", "push", "models"):
         assert cmd in p.stdout
+
+
+def test_validate_reads_local_data_columns_before_anything_loads(tmp_path):
+    """Wrong columns, an empty file and a broken JSON line are reported by `validate`, each naming its field."""
+    wrong = tmp_path / "wrong.jsonl"
+    wrong.write_text('{"q": "1+1?", "a": "2"}\n')
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"question": "x", "answer": "#### 1"}\n{"question": \n')
+    p = _run("validate", "pipelines/recipes/tiny-cpu.yaml",
+             "--set", f"data.sft=[{{source: {wrong}, format: gsm8k}}, {{source: {empty}, format: dolly}}]",
+             "--set", f"data.prompts.source={broken}")
+    assert p.returncode == 2
+    assert "data.sft[0].source" in p.stderr and "expects columns ['question', 'answer']" in p.stderr
+    assert "data.sft[1].source" in p.stderr and "has no rows" in p.stderr
+    assert "data.prompts.source" in p.stderr and "line 2 is not valid JSON" in p.stderr

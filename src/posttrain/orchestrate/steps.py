@@ -158,6 +158,11 @@ def plan_run(recipe_json: str, algorithm: str = "", model_name_or_path: str = ""
     if model_name_or_path:
         raw.setdefault("model", {})["name_or_path"] = model_name_or_path
     recipe = validate_recipe(apply_overrides(raw, [str(o) for o in overrides or []]), "pipeline parameters")
+    from posttrain.data.preflight import check_local_data
+
+    bad = check_local_data(recipe)
+    if bad:  # fail the run in its first step, before any model is loaded
+        raise RecipeError([RecipeProblem(t.partition(": ")[0], None, t.partition(": ")[2]) for t in bad], "pipeline data")
     parent = parent_run_id or os.environ.get(tracking.PARENT_ENV, "")
     if not parent:
         parent = tracking.start_parent_run(recipe.tracking.uri, recipe.tracking.experiment, recipe.name,
