@@ -89,8 +89,8 @@ def test_pipeline_end_to_end_both_branches(tmp_path, monkeypatch, mlflow_server)
 
 
 def test_failed_run_names_the_stage_and_the_cause(tmp_path, monkeypatch, mlflow_server):
-    """A data file with the wrong columns fails the sft stage; the summary names the stage and the DataError,
-    later stages are 'not run', and the MLflow parent run is marked FAILED."""
+    """SFT data whose rows all lack a `#### <answer>` line is empty after filtering: the sft stage fails, the
+    summary names the stage and the DataError, later stages are 'not run', the MLflow parent run is FAILED."""
     import mlflow
 
     from posttrain.orchestrate.local import run_pipeline
@@ -98,12 +98,27 @@ def test_failed_run_names_the_stage_and_the_cause(tmp_path, monkeypatch, mlflow_
 
     monkeypatch.chdir(ROOT)
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"q": "1+1?", "a": "2"}\n')
+    bad.write_text('{"question": "1+1?", "answer": "2"}\n' * 3)
     path = _minimal_recipe(tmp_path, "grpo", mlflow_server)
     recipe = load_recipe(path, [f"data.sft=[{{source: {bad}, format: gsm8k}}]", "evaluate.gsm8k_samples=2"])
     summary = run_pipeline(recipe)
     assert not summary.ok
-    assert "stage 'sft' failed: DataError" in summary.error and "question" in summary.error
+    assert "stage 'sft' failed: DataError" in summary.error and "no_gold_answer=3" in summary.error
     statuses = {r.stage: r.status for r in summary.rows}
     assert statuses["base"] == "ran" and statuses["sft"] == "failed" and statuses["push"] == "not run"
     assert mlflow.MlflowClient(mlflow_server).get_run(summary.parent_run_id).info.status == "FAILED"
+
+
+def test_run_rejects_bad_columns_before_any_stage(tmp_path, monkeypatch):
+    """Wrong columns are a RecipeError from run_pipeline itself: no stage runs, no MLflow run is created."""
+    from posttrain.orchestrate.local import run_pipeline
+    from posttrain.recipe import RecipeError, load_recipe
+
+    monkeypatch.chdir(ROOT)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"q": "1+1?", "a": "2"}\n')
+    db = tmp_path / "mlflow.db"
+    recipe = load_recipe(_minimal_recipe(tmp_path, "grpo", f"sqlite:///{db}"), [f"data.prompts.source={bad}"])
+    with pytest.raises(RecipeError, match=r"data.prompts.source.*expects columns \['question', 'answer'\]"):
+        run_pipeline(recipe)
+    assert not (tmp_path / "runs").exists() and not db.exists()

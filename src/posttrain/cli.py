@@ -24,36 +24,17 @@ def _add_recipe_args(p: argparse.ArgumentParser) -> None:
                    help="override a recipe field, e.g. --set rl.max_steps=10 (repeatable)")
 
 
-def _preflight(recipe, source: str) -> None:
-    """Raise RecipeError listing missing paths and bad local data files (columns, empty, broken JSON)."""
-    from posttrain.data.preflight import check_local_data
-    from posttrain.recipe import RecipeError, RecipeProblem, check_paths
-
-    problems = check_paths(recipe)
-    for text in check_local_data(recipe):
-        field, _, message = text.partition(": ")
-        problems.append(RecipeProblem(f"{field}.source", getattr(_spec(recipe, field), "source", None), message))
-    if problems:
-        raise RecipeError(problems, source)
-
-
-def _spec(recipe, field: str):
-    """The DatasetSpec at a field path like ``data.sft[1]`` or ``data.prompts``."""
-    name = field.removeprefix("data.")
-    if name.startswith("sft["):
-        return recipe.data.sft[int(name[4:-1])]
-    return getattr(recipe.data, name)
-
-
 def _load(args):
+    from posttrain.data.preflight import preflight
     from posttrain.recipe import load_recipe
 
     recipe = load_recipe(args.recipe, args.overrides)
-    _preflight(recipe, args.recipe)
+    preflight(recipe, args.recipe)
     return recipe
 
 
 def cmd_validate(args) -> int:
+    from posttrain.data.preflight import preflight
     from posttrain.recipe import RecipeError, load_recipe, schema_markdown
 
     if args.schema:
@@ -64,7 +45,7 @@ def cmd_validate(args) -> int:
         return EXIT_BAD_INPUT
     try:
         recipe = load_recipe(args.recipe, args.overrides)
-        _preflight(recipe, args.recipe)
+        preflight(recipe, args.recipe)
     except RecipeError as err:
         print(err, file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -54,3 +54,23 @@ def check_local_data(recipe, max_lines: int = 20) -> list[str]:
         except (DataError, OSError, UnicodeDecodeError, EOFError) as exc:
             problems.append(f"{field}: {exc}")
     return problems
+
+
+def preflight(recipe, source: str = "recipe") -> None:
+    """Raise RecipeError listing every missing path and bad local data file (columns, empty, broken JSON)."""
+    from posttrain.recipe import RecipeError, RecipeProblem, check_paths
+
+    problems = check_paths(recipe)
+    for text in check_local_data(recipe):
+        field, _, message = text.partition(": ")
+        problems.append(RecipeProblem(f"{field}.source", getattr(_spec(recipe, field), "source", None), message))
+    if problems:
+        raise RecipeError(problems, source)
+
+
+def _spec(recipe, field: str):
+    """The DatasetSpec at a field path like ``data.sft[1]`` or ``data.prompts``."""
+    name = field.removeprefix("data.")
+    if name.startswith("sft["):
+        return recipe.data.sft[int(name[4:-1])]
+    return getattr(recipe.data, name)

@@ -72,7 +72,9 @@ def run_pipeline(recipe: Recipe, recipe_path: str | None = None, fresh: bool = F
     environment, set only for the duration of the run.
     """
     from posttrain import tracking
+    from posttrain.data.preflight import preflight
 
+    preflight(recipe, recipe_path or recipe.name)  # RecipeError before any model is loaded
     recipe = absolutize(recipe)
     recipe.tracking.uri = _abs_tracking_uri(recipe.tracking.uri)
     with scoped_env(restore=("MLFLOW_EXPERIMENT_ID",), **{tracking.TRACKING_ENV: recipe.tracking.uri,
