@@ -169,7 +169,7 @@ def test_register_gate_promote_rollback_push(env, shared_data):
     assert "| gsm8k_accuracy | 0.02 | 0.3 | +0.28 |" in card and recipe.hash() in card and "| MIT |" in card
 
 
-def test_gate_blocks_below_threshold_and_on_regression(env):
+def test_gate_blocks_below_threshold_and_on_regression(env, capsys):
     recipe, name, tmp = env
     client = registry.get_client(None)
     _register(recipe, tmp, "1", 0.50, fast=True)
@@ -186,6 +186,10 @@ def test_gate_blocks_below_threshold_and_on_regression(env):
         _gate(recipe, tmp, "3", "3")
     assert client.get_model_version(name, "3").tags[registry.TAG_GATE_DECISION] == "blocked"
     assert registry.holder(client, name, "staging") == "1"
+    # a person may overrule the gate, but is told so; the move is recorded with their reason
+    registry.promote(name, 2, "production", "hotfix: accepted lower accuracy", tracking_uri=None)
+    assert "the gate blocked" in capsys.readouterr().err
+    assert registry.holder(client, name, "production") == "2"
 
 
 def test_concurrent_promotions_leave_one_holder_and_both_recorded(env):

@@ -311,9 +311,26 @@ def previous_holder(events: list[dict], current: str | None) -> str | None:
 def promote(name: str, version: str | int, to: str, reason: str, tracking_uri: str | None = None) -> Transition:
     """Move stage ``to`` (candidate | staging | production) of ``name`` to ``version`` with a recorded reason."""
     client = get_client(tracking_uri)
+    _warn_if_gate_blocked(client, name, version)
     t = move_alias(client, name, version, to, reason, kind="promote")
     print(f"{name}: {to} -> version {t.version} (was {t.replaced_version or 'none'}) by {t.who}: {t.reason}")
     return t
+
+
+def _warn_if_gate_blocked(client, name: str, version: str | int) -> None:
+    """A person may overrule the gate (the reason is recorded), but should see that they are doing so."""
+    import logging
+    import sys
+
+    try:
+        tags = client.get_model_version(name, str(version)).tags
+    except Exception:  # noqa: BLE001 - move_alias reports unknown models/versions clearly
+        return
+    if tags.get(TAG_GATE_DECISION) == "blocked":
+        msg = (f"warning: the gate blocked {name} v{version} ({tags.get(TAG_GATE_REASON, 'no reason recorded')}); "
+               "promoting it anyway, with your reason recorded")
+        print(msg, file=sys.stderr)
+        logging.getLogger("posttrain").warning(msg)
 
 
 def rollback(name: str, stage: str, reason: str = "rollback", tracking_uri: str | None = None) -> Transition:
