@@ -96,7 +96,6 @@ def _run_dag(recipe: Recipe, parent: str) -> Summary:
     from posttrain.orchestrate.kfp_pipeline import build_pipeline
 
     logging.basicConfig(level=logging.INFO, format="[%(name)s] %(levelname)s %(message)s")
-    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     root = Path(recipe.output_dir) / recipe.name / "kfp_root"
     local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(root), raise_on_error=True)
     pipeline = build_pipeline(recipe)
@@ -115,7 +114,7 @@ def _run_dag(recipe: Recipe, parent: str) -> Summary:
     cause = (stages.get(failed) / ERROR_FILE) if failed in stages else None
     if cause is not None and cause.is_file():
         error = f"stage '{failed}' failed: {cause.read_text().strip()}"
-    rows = collect(stages, started, failed)
+    rows = collect(stages, parent, failed)
     missing = [r.stage for r in rows if r.status not in ("ran", "reused")]
     if missing and not error:  # never report success for a DAG that silently skipped steps
         error = f"the pipeline finished but these stages did not run: {', '.join(missing)}"

@@ -133,6 +133,7 @@ def execute(stage: str, recipe: Recipe, input_dirs: dict[str, str], parent_run_i
     result.wall_s = result.wall_s or (time.time() - t0)
     manifest = dict(read_manifest(out) or {})
     manifest.update(stage=stage, fingerprint=fp, complete=True, recipe_hash=recipe.hash(),
+                    parent_run_id=parent_run_id or os.environ.get("POSTTRAIN_PARENT_RUN_ID", ""),
                     inputs={k: str(v) for k, v in input_dirs.items()}, result=result.to_dict(),
                     finished_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     write_json_atomic(out / MANIFEST, manifest)

@@ -67,8 +67,8 @@ def stage_notes(stage_dirs: dict[str, Path], stages: tuple[str, ...] = ("gate", 
     return out
 
 
-def collect(stage_dirs: dict[str, Path], started_at: str, failed: str | None = None) -> list[StageRow]:
-    """One row per stage from its manifest; a manifest older than ``started_at`` (ISO UTC) means 'reused'."""
+def collect(stage_dirs: dict[str, Path], parent_run_id: str, failed: str | None = None) -> list[StageRow]:
+    """One row per stage from its manifest; a manifest written under another parent run means 'reused'."""
     rows = []
     for stage, d in stage_dirs.items():
         m = read_manifest(d) if d else None
@@ -76,7 +76,7 @@ def collect(stage_dirs: dict[str, Path], started_at: str, failed: str | None = N
             rows.append(StageRow(stage, "failed" if stage == failed else "not run"))
             continue
         res = m.get("result", {})
-        status = "ran" if m.get("finished_at", "") >= started_at else "reused"
+        status = "ran" if parent_run_id and m.get("parent_run_id") == parent_run_id else "reused"
         arts = res.get("artifacts", {})
         art = arts.get("model") or next(iter(arts.values()), str(d))
         rows.append(StageRow(stage, status, float(res.get("wall_s") or 0.0), _key_metric(stage, res.get("metrics", {})),
