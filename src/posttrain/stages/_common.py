@@ -73,6 +73,23 @@ def train_args_kwargs(spec: Any, seed: int, output_dir: str) -> dict:
     )
 
 
+def train_and_save(trainer: Any, scratch: str, tokenizer: Any, out_dir: str) -> Path:
+    """Run ``trainer.train()``, drop its scratch dir, save the (LoRA-merged) model atomically to ``<out_dir>/model``."""
+    import shutil
+
+    from posttrain.artifacts import atomic_dir
+    from posttrain.models import save_model
+
+    try:
+        trainer.train()
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    model_dir = Path(out_dir) / "model"
+    with atomic_dir(model_dir) as tmp:
+        save_model(trainer.model, tokenizer, str(tmp))
+    return model_dir
+
+
 def loss_history_callback(prefix: str) -> Any:
     """A TrainerCallback that logs every trainer log entry (loss, lr, grad_norm, ...) to the active MLflow run
     as ``<prefix>/<key>`` at the trainer's global step, and keeps ``.history`` (list of dicts with "step").

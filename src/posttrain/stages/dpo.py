@@ -15,10 +15,8 @@ inputs: ``{"model"}`` (the SFT model directory). metrics: ``reward_accuracy``, `
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 import time
-from pathlib import Path
 
 from posttrain.recipe import Recipe
 from posttrain.stages import StageResult
@@ -32,7 +30,6 @@ def run(recipe: Recipe, inputs: dict[str, str], out_dir: str) -> StageResult:
     Raises StageError (missing input / data.preference), ModelLoadError (input without weights), DataError.
     """
     from posttrain import models
-    from posttrain.artifacts import atomic_dir
     from posttrain.stages import _common as c
     from posttrain.tracking import log_metrics, stage_run
 
@@ -48,13 +45,7 @@ def run(recipe: Recipe, inputs: dict[str, str], out_dir: str) -> StageResult:
         reference = models.load_causal_lm(model_path, m.dtype, None, m.trust_remote_code).to(c.device())
         reference.eval().requires_grad_(False)
         trainer, history, scratch = _trainer(recipe, policy, reference, tokenizer, train_rows)
-        try:
-            trainer.train()
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-        model_dir = Path(out_dir) / "model"
-        with atomic_dir(model_dir) as tmp:
-            models.save_model(trainer.model, tokenizer, str(tmp))
+        model_dir = c.train_and_save(trainer, scratch, tokenizer, out_dir)
         del trainer, policy, reference
         c.free_memory()
         # Measured on the saved policy and a fresh reference: the trainer leaves autocast wrappers on both forwards.

@@ -16,10 +16,8 @@ inputs: ``{"model"}`` (the SFT model directory). metrics: ``pairwise_accuracy``,
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 import time
-from pathlib import Path
 
 from posttrain.recipe import Recipe
 from posttrain.stages import StageResult
@@ -33,7 +31,6 @@ def run(recipe: Recipe, inputs: dict[str, str], out_dir: str) -> StageResult:
     Raises StageError (missing input / data.preference), ModelLoadError (input without weights), DataError.
     """
     from posttrain import models
-    from posttrain.artifacts import atomic_dir
     from posttrain.stages import _common as c
     from posttrain.tracking import log_metrics, stage_run
 
@@ -48,13 +45,7 @@ def run(recipe: Recipe, inputs: dict[str, str], out_dir: str) -> StageResult:
         model = load_reward_model(model_path, tokenizer, m.dtype, recipe.seed, m.trust_remote_code).to(c.device())
         metrics["pairwise_accuracy_before"] = heldout_accuracy(model, tokenizer, held, spec.batch_size, m.max_seq_len)[0]
         trainer, history, scratch = _trainer(recipe, model, tokenizer, train_rows)
-        try:
-            trainer.train()
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-        model_dir = Path(out_dir) / "model"
-        with atomic_dir(model_dir) as tmp:
-            models.save_model(trainer.model, tokenizer, str(tmp))
+        model_dir = c.train_and_save(trainer, scratch, tokenizer, out_dir)
         del trainer, model
         c.free_memory()
         # Measured on the saved model through RewardModelScorer, exactly as the evaluate and RL stages score.

@@ -12,10 +12,8 @@ inputs: ``{"model"}`` (the base stage's model directory). metrics: ``train_loss_
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 import time
-from pathlib import Path
 
 from posttrain.recipe import Recipe
 from posttrain.stages import StageResult
@@ -29,7 +27,6 @@ def run(recipe: Recipe, inputs: dict[str, str], out_dir: str) -> StageResult:
     Raises StageError (missing input/data spec), ModelLoadError (input without weights), DataError (bad data).
     """
     from posttrain import evaluation, models
-    from posttrain.artifacts import atomic_dir
     from posttrain.data import load_sft, split_holdout
     from posttrain.errors import StageError
     from posttrain.stages import _common as c
@@ -51,13 +48,7 @@ def run(recipe: Recipe, inputs: dict[str, str], out_dir: str) -> StageResult:
         model = models.load_causal_lm(model_path, m.dtype, None, m.trust_remote_code).to(c.device())
         held_loss = _heldout_loss(evaluation, model, tokenizer, held, spec.batch_size, m.max_seq_len)
         trainer, history, scratch = _trainer(recipe, model, tokenizer, train_rows)
-        try:
-            trainer.train()
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-        model_dir = Path(out_dir) / "model"
-        with atomic_dir(model_dir) as tmp:
-            models.save_model(trainer.model, tokenizer, str(tmp))
+        model_dir = c.train_and_save(trainer, scratch, tokenizer, out_dir)
         del trainer, model
         c.free_memory()
         # Measured on the saved model: the trainer leaves an autocast wrapper on the in-memory forward.
