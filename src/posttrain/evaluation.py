@@ -151,21 +151,14 @@ def model_device(model: Any) -> Any:
     return next(model.parameters()).device
 
 
-def completion_logprobs(model: Any, tokenizer: Any, prompts: Sequence[str], completions: Sequence[str],
-                        batch_size: int = 16, max_len: int | None = None) -> tuple[list[float], list[int]]:
-    """Summed log-prob (nats) and token count of each completion (+ eos) given its prompt, under a causal LM.
-
-    Tokenised as TRL does (see module docstring); right-padded batches of ``batch_size``; no gradients.
-    Returns ``(sum_logps, n_tokens)``, one entry per row.
-    """
+def _scored_batches(model: Any, tokenizer: Any, prompts: Sequence[str], completions: Sequence[str],
+                    batch_size: int, max_len: int | None):
+    """Yield ``(input_ids, completion_mask, logits)`` per right-padded batch of ``tokenize_prompt_completion`` rows,
+    all on the model's device, in eval mode without gradients (the model's train/eval mode is restored after)."""
     import torch
 
-    if len(prompts) != len(completions):
-        raise ValueError(f"completion_logprobs: {len(prompts)} prompts but {len(completions)} completions")
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     device = model_device(model)
-    sums: list[float] = []
-    counts: list[int] = []
     was_training = model.training
     model.eval()
     try:
@@ -174,11 +167,26 @@ def completion_logprobs(model: Any, tokenizer: Any, prompts: Sequence[str], comp
                 rows = [tokenize_prompt_completion(tokenizer, p, c, max_len)
                         for p, c in zip(prompts[i: i + batch_size], completions[i: i + batch_size])]
                 input_ids, attn, comp = _pad_right(rows, pad_id)
-                logits = model(input_ids=input_ids.to(device), attention_mask=attn.to(device)).logits
-                sums += sequence_logprobs(logits, input_ids.to(device), comp.to(device)).tolist()
-                counts += [int(x) for x in comp[:, 1:].sum(dim=-1)]
+                input_ids = input_ids.to(device)
+                yield input_ids, comp.to(device), model(input_ids=input_ids, attention_mask=attn.to(device)).logits
     finally:
         model.train(was_training)
+
+
+def completion_logprobs(model: Any, tokenizer: Any, prompts: Sequence[str], completions: Sequence[str],
+                        batch_size: int = 16, max_len: int | None = None) -> tuple[list[float], list[int]]:
+    """Summed log-prob (nats) and token count of each completion (+ eos) given its prompt, under a causal LM.
+
+    Tokenised as TRL does (see module docstring); right-padded batches of ``batch_size``; no gradients.
+    Returns ``(sum_logps, n_tokens)``, one entry per row.
+    """
+    if len(prompts) != len(completions):
+        raise ValueError(f"completion_logprobs: {len(prompts)} prompts but {len(completions)} completions")
+    sums: list[float] = []
+    counts: list[int] = []
+    for input_ids, comp, logits in _scored_batches(model, tokenizer, prompts, completions, batch_size, max_len):
+        sums += sequence_logprobs(logits, input_ids, comp).tolist()
+        counts += [int(x) for x in comp[:, 1:].sum(dim=-1)]
     return sums, counts
 
 
@@ -259,21 +267,7 @@ def reward_scores(model: Any, tokenizer: Any, prompts: Sequence[str], completion
     last non-pad token (``config.pad_token_id`` must be set). Returns one float per row. For a saved reward model
     use ``posttrain.rewards.RewardModelScorer``.
     """
-    import torch
-
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    device = model_device(model)
     out: list[float] = []
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            for i in range(0, len(prompts), batch_size):
-                rows = [tokenize_prompt_completion(tokenizer, p, c, max_len)
-                        for p, c in zip(prompts[i: i + batch_size], completions[i: i + batch_size])]
-                input_ids, attn, _ = _pad_right(rows, pad_id)
-                logits = model(input_ids=input_ids.to(device), attention_mask=attn.to(device)).logits
-                out += logits[:, 0].float().tolist()
-    finally:
-        model.train(was_training)
+    for _, _, logits in _scored_batches(model, tokenizer, prompts, completions, batch_size, max_len):
+        out += logits[:, 0].float().tolist()
     return out
